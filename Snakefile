@@ -1,0 +1,22 @@
+# fedrepro — reproduce federated-learning-with-augmentation papers as one DAG:
+# dataset × partition × method × seed cells, shared across the tables that need them.
+from snakemake.utils import min_version
+
+min_version("9.0")
+
+
+configfile: f"{workflow.basedir}/config.yaml"  # also when run with --directory elsewhere
+
+
+include: "workflow/rules/common.smk"
+include: "workflow/rules/data.smk"
+include: "workflow/rules/train.smk"
+include: "workflow/rules/tables.smk"
+include: "workflow/rules/figures.smk"
+
+
+rule all:
+    input:
+        table_outputs(),
+        partition_figures(),
+    default_target: True

@@ -1,0 +1,212 @@
+"""Client partitions of a labelled training set.
+
+Every scheme is a pure function ``(labels, num_clients, rng, **params) -> list of index arrays``; the public
+entry point :func:`make_partition` seeds the RNG, adds the per-client local train/test split and returns a
+JSON-serialisable record that the ``partition`` rule saves and every method of a cell then reuses.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+PartitionFn = Callable[..., list[np.ndarray]]
+PARTITIONS: dict[str, PartitionFn] = {}
+
+
+def register(name: str) -> Callable[[PartitionFn], PartitionFn]:
+    def deco(fn: PartitionFn) -> PartitionFn:
+        PARTITIONS[name] = fn
+        return fn
+
+    return deco
+
+
+@register("iid")
+def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Uniformly random, equal-sized split (sizes differ by at most one)."""
+    return [np.sort(part) for part in np.array_split(rng.permutation(len(labels)), num_clients)]
+
+
+@register("unimodal")
+def unimodal(
+    labels: np.ndarray, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2
+) -> list[np.ndarray]:
+    """McMahan et al. (2017) shards: sort by label, cut into equal shards, give each client ``shards_per_client``.
+
+    The sort is stable (ties keep index order), so the shard contents depend only on the labels; the seed
+    chooses which shards go to which client. Samples beyond ``num_shards * shard_size`` are left out.
+    """
+    num_shards = num_clients * shards_per_client
+    shard_size = len(labels) // num_shards
+    if shard_size == 0:
+        raise ValueError(f"unimodal: {len(labels)} samples cannot fill {num_shards} shards")
+    order = np.argsort(labels, kind="stable")
+    shards = order[: num_shards * shard_size].reshape(num_shards, shard_size)
+    assignment = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
+    return [np.sort(shards[row].ravel()) for row in assignment]
+
+
+@register("multimodal")
+def multimodal(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    shares: Sequence[float] = (0.50, 0.20, 0.15, 0.10, 0.05),
+    classes_per_mode: int = 2,
+    client_size: int | None = None,
+) -> list[np.ndarray]:
+    """Subpopulations of unequal prevalence (our reading of WAFFLe's multimodal non-IID, see docs/deviations.md).
+
+    After a seeded permutation the classes are grouped into modes of ``classes_per_mode``; mode m is the data
+    source of ``shares[m]`` of the clients. Each client holds every class of its mode in equal parts, so it owns
+    at most ``classes_per_mode`` classes, and the popular modes' classes dominate the union (aggregate class
+    imbalance). All clients have the same size: the largest the data allow without reusing a sample, unless
+    ``client_size`` asks for less.
+    """
+    classes = np.unique(labels)
+    num_modes = len(classes) // classes_per_mode
+    if len(shares) != num_modes:
+        raise ValueError(f"multimodal: {len(shares)} shares given for {num_modes} modes of {classes_per_mode} classes")
+    modes = rng.permutation(classes)[: num_modes * classes_per_mode].reshape(num_modes, classes_per_mode)
+    clients_per_mode = _largest_remainder(np.asarray(shares, dtype=float), num_clients)
+    per_class_cap = min(
+        int((labels == c).sum()) // k for mode, k in zip(modes, clients_per_mode) if k > 0 for c in mode
+    )
+    per_class = per_class_cap if client_size is None else client_size // classes_per_mode
+    if per_class > per_class_cap or per_class == 0:
+        raise ValueError(
+            f"multimodal: client_size {client_size} needs {per_class} samples per class but the data allow "
+            f"{per_class_cap} without reuse"
+        )
+    parts: list[np.ndarray] = []
+    for mode, k in zip(modes, clients_per_mode):
+        pools = [rng.permutation(np.flatnonzero(labels == c)) for c in mode]
+        for j in range(k):
+            parts.append(np.sort(np.concatenate([p[j * per_class : (j + 1) * per_class] for p in pools])))
+    order = rng.permutation(num_clients)  # clients of one mode are not neighbours in id order
+    return [parts[i] for i in order]
+
+
+@register("label_quantity")
+def label_quantity(labels: np.ndarray, num_clients: int, rng: np.random.Generator, k: int = 2) -> list[np.ndarray]:
+    """NIID-Bench ``noniid-#label k``: client i holds class ``i mod K`` plus k-1 other distinct random classes;
+    each class is split equally among its holders (``array_split`` of a random permutation)."""
+    classes = np.unique(labels)
+    num_classes = len(classes)
+    if not 1 <= k <= num_classes:
+        raise ValueError(f"label_quantity: k={k} must be in [1, {num_classes}]")
+    holders: dict[int, list[int]] = {int(c): [] for c in classes}
+    for i in range(num_clients):
+        own = i % num_classes
+        others = rng.choice(np.delete(np.arange(num_classes), own), size=k - 1, replace=False)
+        for c in (own, *others.tolist()):
+            holders[int(classes[c])].append(i)
+    parts: list[list[np.ndarray]] = [[] for _ in range(num_clients)]
+    for c, owners in holders.items():
+        if not owners:
+            continue
+        for owner, chunk in zip(owners, np.array_split(rng.permutation(np.flatnonzero(labels == c)), len(owners))):
+            parts[owner].append(chunk)
+    return [np.sort(np.concatenate(p)) if p else np.empty(0, dtype=np.int64) for p in parts]
+
+
+@register("dirichlet")
+def dirichlet(
+    labels: np.ndarray,
+    num_clients: int,
+    rng: np.random.Generator,
+    beta: float = 0.5,
+    min_size: int = 10,
+    max_tries: int = 1000,
+) -> list[np.ndarray]:
+    """NIID-Bench ``noniid-labeldir``: per class p ~ Dir(beta), with the balance mask (a client that already
+    holds N/num_clients samples gets no more), redrawn until every client has at least ``min_size`` samples."""
+    if beta <= 0:
+        raise ValueError(f"dirichlet: beta must be > 0, got {beta}")
+    n = len(labels)
+    for _ in range(max_tries):
+        parts: list[list[int]] = [[] for _ in range(num_clients)]
+        for c in np.unique(labels):
+            idx = rng.permutation(np.flatnonzero(labels == c))
+            p = rng.dirichlet(np.full(num_clients, beta))
+            p = p * np.array([len(part) < n / num_clients for part in parts])
+            p = p / p.sum()
+            cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
+            for part, chunk in zip(parts, np.split(idx, cuts)):
+                part.extend(chunk.tolist())
+        if min(len(part) for part in parts) >= min_size:
+            return [np.sort(np.asarray(part, dtype=np.int64)) for part in parts]
+    raise ValueError(f"dirichlet: no draw gave every client >= {min_size} samples in {max_tries} tries")
+
+
+def num_clients_for_avg_size(num_samples: int, avg_client_size: int) -> int:
+    """Scarcity setting: as many clients as give an average local size of ``avg_client_size``."""
+    return max(1, num_samples // avg_client_size)
+
+
+def local_split(
+    labels: np.ndarray, idx: np.ndarray, test_fraction: float, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Stratified split of one client's indices into local train and local test.
+
+    Per class, ``round(test_fraction * n_c)`` samples go to test, but a class keeps at least one training sample.
+    """
+    train, test = [], []
+    for c in np.unique(labels[idx]):
+        members = rng.permutation(idx[labels[idx] == c])
+        n_test = min(int(round(test_fraction * len(members))), len(members) - 1)
+        test.append(members[:n_test])
+        train.append(members[n_test:])
+    if not train:
+        return idx[:0], idx[:0]
+    return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
+
+
+def make_partition(
+    labels: Sequence[int] | np.ndarray,
+    scheme: str,
+    num_clients: int | None = None,
+    seed: int = 0,
+    local_test_fraction: float = 0.2,
+    avg_client_size: int | None = None,
+    **params,
+) -> dict:
+    """Partition ``labels`` with ``scheme`` and split every client locally; a pure function of its arguments."""
+    if scheme not in PARTITIONS:
+        raise ValueError(f"unknown partition scheme {scheme!r}; valid choices: {sorted(PARTITIONS)}")
+    labels = np.asarray(labels)
+    if avg_client_size is not None:
+        num_clients = num_clients_for_avg_size(len(labels), avg_client_size)
+    if not num_clients or num_clients < 1:
+        raise ValueError("make_partition needs num_clients >= 1 or avg_client_size")
+    # Independent streams: the assignment and the local splits do not perturb each other.
+    assign_rng, split_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([seed, 7]).spawn(2))
+    parts = PARTITIONS[scheme](labels, num_clients, assign_rng, **params)
+    num_classes = int(labels.max()) + 1
+    clients = []
+    for idx in parts:
+        train, test = local_split(labels, idx, local_test_fraction, split_rng)
+        clients.append({"train": train.tolist(), "test": test.tolist()})
+    counts = [np.bincount(labels[np.asarray(c["train"] + c["test"], dtype=np.int64)], minlength=num_classes).tolist()
+              for c in clients]
+    return {
+        "scheme": scheme,
+        "params": params,
+        "seed": seed,
+        "num_clients": num_clients,
+        "local_test_fraction": local_test_fraction,
+        "num_classes": num_classes,
+        "clients": clients,
+        "counts": counts,
+    }
+
+
+def _largest_remainder(shares: np.ndarray, total: int) -> list[int]:
+    """Integer counts proportional to ``shares`` that sum to ``total`` (Hamilton's method)."""
+    raw = shares / shares.sum() * total
+    counts = np.floor(raw).astype(int)
+    for i in np.argsort(-(raw - counts), kind="stable")[: total - counts.sum()]:
+        counts[i] += 1
+    return counts.tolist()

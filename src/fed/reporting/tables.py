@@ -1,0 +1,103 @@
+"""Reproduction tables: our mean ± std over seeds beside the published value, and the difference.
+
+The long format (one row per dataset × partition × method × metric) keeps every number addressable; the
+``paper`` and ``delta`` columns answer "did we reproduce this cell, and by how much do we differ".
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from importlib import resources
+from pathlib import Path
+
+import pandas as pd
+
+from fed.metrics import mean_std
+
+NOT_IMPLEMENTED = "not yet implemented"
+
+
+def paper_values(paper: str) -> pd.DataFrame:
+    """Published numbers of ``paper``, transcribed from the paper (package data ``fed/reporting/data``)."""
+    with resources.files("fed.reporting").joinpath(f"data/{paper}.csv").open() as fh:
+        return pd.read_csv(fh, dtype={"value": str, "std": str}, keep_default_na=False)
+
+
+def collect_runs(cells: list[dict]) -> pd.DataFrame:
+    """One row per (cell, metric): ``cells`` carry dataset, partition, method, seed and the metrics.json path."""
+    rows = []
+    for cell in cells:
+        summary = json.loads(Path(cell["path"]).read_text())
+        for protocol in ("last", "best"):
+            for metric, value in summary[protocol].items():
+                if isinstance(value, (int, float)) and metric != "round":
+                    rows.append({**{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
+                                 "protocol": protocol, "metric": metric, "value": float(value),
+                                 "diverged": summary["diverged"]})
+    return pd.DataFrame(rows, columns=["dataset", "partition", "method", "seed", "protocol", "metric", "value",
+                                       "diverged"])
+
+
+def fmt(mean: float, std: float, digits: int = 2) -> str:
+    if not math.isfinite(mean):
+        return "—"
+    return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if math.isfinite(std) else "")
+
+
+def build_table(runs: pd.DataFrame, paper: pd.DataFrame, table: str, datasets: list[str], partitions: list[str],
+                methods: dict[str, str], metrics: list[str], protocol: str, implemented: set[str]) -> pd.DataFrame:
+    """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
+    never averaged in."""
+    ref = paper[paper["table"] == table].set_index(["dataset", "partition", "method", "metric"])
+    rows = []
+    for dataset in datasets:
+        for partition in partitions:
+            for variant, paper_method in methods.items():
+                for metric in metrics:
+                    key = (dataset, partition, paper_method, metric)
+                    p_val, p_std = (ref.loc[key, "value"], ref.loc[key, "std"]) if key in ref.index else ("", "")
+                    row = {"dataset": dataset, "partition": partition, "method": variant, "metric": metric,
+                           "paper": p_val + (f" ± {p_std}" if p_std else "") if p_val else "not reported"}
+                    sel = runs[(runs.dataset == dataset) & (runs.partition == partition) & (runs.method == variant)
+                               & (runs.metric == metric)] if len(runs) else runs
+                    row |= _ours(sel, protocol, variant in implemented, float(p_val) if p_val else math.nan)
+                    rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: float) -> dict:
+    if not implemented:
+        return {"ours": NOT_IMPLEMENTED, "ours_mean": math.nan, "ours_std": math.nan, "seeds": 0,
+                "delta": math.nan, "status": NOT_IMPLEMENTED}
+    out = {}
+    for prot in dict.fromkeys([protocol, "last"]):
+        s = sel[sel.protocol == prot]
+        ok = s[~s.diverged.astype(bool)]["value"].tolist()
+        mean, std, n = mean_std(ok)
+        col = "ours" if prot == protocol else "ours (last round)"
+        out[col] = fmt(mean, std)
+        if prot == protocol:
+            n_div = int(s.diverged.astype(bool).sum())
+            out |= {"ours_mean": mean, "ours_std": std, "seeds": n, "delta": mean - paper_value,
+                    "status": f"{n_div} of {n + n_div} seeds diverged" if n_div else ("ok" if n else "no runs")}
+    return out
+
+
+def write_table(df: pd.DataFrame, out_prefix: str | Path, caption: str) -> None:
+    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption)."""
+    out = Path(out_prefix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out.with_suffix(".csv"), index=False)
+    shown = df.drop(columns=["ours_mean", "ours_std"]).copy()
+    shown["delta"] = shown["delta"].map(lambda d: f"{d:+.2f}" if math.isfinite(d) else "")
+    out.with_suffix(".md").write_text(f"{caption}\n\n{shown.to_markdown(index=False)}\n")
+    html = shown.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
+    out.with_suffix(".html").write_text(
+        "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
+        "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}caption{text-align:left;"
+        f"font-weight:bold;margin:6px 0}}</style><p>{_html_escape(caption)}</p>{html}\n")
+
+
+def _html_escape(s: str) -> str:
+    return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")

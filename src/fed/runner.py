@@ -1,0 +1,58 @@
+"""Run one cell (preset × dataset × partition × method × seed): the function behind the ``train`` rule and
+``fed run``. Writes ``metrics.json`` and ``history.csv`` to ``out_dir`` and logs the run to MLflow."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any, TextIO
+
+import pandas as pd
+import torch
+
+from fed.algorithms import build_algorithm
+from fed.config import FLConfig, MethodSpec
+from fed.data.datasets import load_dataset
+from fed.engine import Engine, resolve_device
+
+
+def run_cell(
+    cfg: FLConfig,
+    method: MethodSpec,
+    dataset: str,
+    data_root: str | Path,
+    partition_file: str | Path,
+    seed: int,
+    out_dir: str | Path,
+    work_dir: str | Path | None = None,
+    tracking: dict[str, Any] | None = None,
+    threads: int = 1,
+    progress: TextIO | None = sys.stderr,
+) -> dict[str, Any]:
+    torch.set_num_threads(threads)
+    device = resolve_device(cfg.device)
+    if device.type == "cuda":
+        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    train = load_dataset(dataset, data_root, "train")
+    test = load_dataset(dataset, data_root, "test")
+    partition = json.loads(Path(partition_file).read_text())
+    label = f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
+    engine = Engine(cfg, build_algorithm(method.algorithm, **method.params), train, test, partition, seed,
+                    work_dir=work_dir, progress=progress, label=label)
+    summary = engine.run()
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record = {"dataset": dataset, "partition_file": str(partition_file), "seed": seed,
+              "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
+              "config": cfg.to_dict(), **summary}
+    (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
+    scalar_history = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in summary["history"]]
+    pd.DataFrame(scalar_history).to_csv(out / "history.csv", index=False)
+    if tracking:
+        from fed.tracking import log_run
+
+        params = {"preset": cfg.to_dict(), "method": record["method"], "dataset": dataset, "seed": seed}
+        log_run(tracking["uri"], tracking["experiment"], label, params, tracking.get("tags", {}), summary,
+                [out / "metrics.json", out / "history.csv"])
+    return record

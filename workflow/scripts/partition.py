@@ -1,0 +1,19 @@
+"""Partition a dataset's training set for one preset (number of clients) and seed."""
+import json
+
+from fed.data.datasets import load_labels
+from fed.data.partition import make_partition
+
+spec = dict(snakemake.params.spec)
+preset = snakemake.params.preset
+part = make_partition(
+    load_labels(snakemake.wildcards.dataset, snakemake.input[0].rsplit("/", 2)[0]),
+    spec.pop("scheme"),
+    num_clients=preset["num_clients"],
+    avg_client_size=preset.get("avg_client_size"),
+    seed=int(snakemake.wildcards.seed),
+    local_test_fraction=preset["local_test_fraction"],
+    **spec,
+)
+with open(snakemake.output[0], "w") as fh:
+    json.dump(part, fh)

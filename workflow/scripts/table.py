@@ -1,0 +1,24 @@
+"""Aggregate an experiment's cells into a reproduction table (csv, md, html)."""
+from fed.reporting.tables import build_table, collect_runs, paper_values, write_table
+
+exp, preset = snakemake.params.experiment, snakemake.params.preset
+cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input)]
+table = build_table(
+    collect_runs(cells),
+    paper_values(exp["paper"]),
+    exp["table"],
+    exp["datasets"],
+    exp["partitions"],
+    {m: exp.get("paper_method", {}).get(m, m) for m in exp["methods"]},
+    exp["metrics"],
+    preset["report"],
+    set(snakemake.params.implemented),
+)
+caption = (
+    f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
+    f"({preset['report']}-round protocol), preset '{exp['preset']}' "
+    f"({preset['num_clients']} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
+    f"B={preset['batch_size']}, lr={preset['lr']}). Paper: {exp['paper']} {exp['table']}. "
+    f"{preset.get('reduction') or 'Full paper setting.'}"
+)
+write_table(table, snakemake.output.csv.removesuffix(".csv"), caption)

@@ -1,0 +1,22 @@
+"""Train one cell; progress (rounds, ETA) goes to the rule's log."""
+from fed.config import FLConfig, MethodSpec
+from fed.runner import run_cell
+from fed.tracking import git_commit
+
+w, p = snakemake.wildcards, snakemake.params
+tracking = dict(p.tracking)
+tracking["tags"] = dict(tracking["tags"], git_commit=git_commit(snakemake.scriptdir))
+with open(snakemake.log[0], "w") as log:
+    run_cell(
+        FLConfig.from_preset(p.preset, w.dataset),
+        MethodSpec.from_config(w.method, p.method),
+        w.dataset,
+        p.data_root,
+        snakemake.input.partition,
+        int(w.seed),
+        out_dir=snakemake.output.metrics.rsplit("/", 1)[0],
+        work_dir=p.work_dir,
+        tracking=tracking,
+        threads=snakemake.threads,
+        progress=log,
+    )
