@@ -1,0 +1,137 @@
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+
+import pandas as pd
+import pytest
+
+from fed.algorithms import build_algorithm
+from fed.config import FLConfig
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import make_partition
+from fed.engine import Engine
+from fed.reporting.tables import build_table, collect_runs
+
+SMALL = dict(num_clients=10, fraction=0.3, rounds=3, local_epochs=1, batch_size=20, eval_every=1)
+
+
+@pytest.fixture(scope="module")
+def setup(synthetic_root, tmp_path_factory):
+    part = make_partition(load_labels("synthetic", synthetic_root), "unimodal", 10, seed=0)
+    path = tmp_path_factory.mktemp("part") / "part.json"
+    path.write_text(json.dumps(part))
+    return (load_dataset("synthetic", synthetic_root, "train"), load_dataset("synthetic", synthetic_root, "test"),
+            part, path)
+
+
+def run(setup, algo="fedavg", seed=0, work_dir=None, params=None, **overrides):
+    train, test, part, _ = setup
+    cfg = FLConfig(**(SMALL | overrides))
+    return Engine(cfg, build_algorithm(algo, **(params or {})), train, test, part, seed, work_dir=work_dir,
+                  progress=None).run()
+
+
+def strip(history):
+    return [{k: v for k, v in row.items() if k != "seconds"} for row in history]
+
+
+def test_same_seed_same_numbers_other_seed_differs(setup):
+    a, b, c = run(setup, seed=0), run(setup, seed=0), run(setup, seed=1)
+    assert strip(a["history"]) == strip(b["history"])
+    assert strip(a["history"]) != strip(c["history"])
+    last = a["last"]
+    assert 0 <= last["global_acc"] <= 100 and len(last["per_class_acc"]) == 10 and len(last["local_acc"]) == 10
+    assert last["local_acc_mean"] == pytest.approx(sum(last["local_acc"]) / 10)
+
+
+def test_learns_on_synthetic_data(setup):
+    res = run(setup, rounds=6, local_epochs=2)
+    assert res["last"]["global_acc"] > 40  # chance is 10 %
+
+
+def test_fedprox_large_mu_stays_near_global_model(setup):
+    train, test, part, _ = setup
+
+    def drift(algo, **params):
+        engine = Engine(FLConfig(**(SMALL | {"rounds": 1})), build_algorithm(algo, **params), train, test, part, 0,
+                        progress=None)
+        start = {k: v.clone() for k, v in engine.global_state.items()}
+        engine.run()
+        return sum(float((engine.global_state[k] - start[k]).pow(2).sum()) for k, _ in
+                   engine.model.named_parameters())
+
+    assert drift("fedprox", mu=40.0) < 0.7 * drift("fedavg")  # lr*mu = 0.8: strong, stable pull
+
+
+def test_qffl_q0_matches_fedavg_with_simple_mean(setup):
+    fedavg = run(setup, "fedavg", aggregation="mean")
+    q0 = run(setup, "qffl", params={"q": 0.0}, aggregation="mean")
+    for r1, r2 in zip(fedavg["history"], q0["history"]):
+        assert r1["global_acc"] == pytest.approx(r2["global_acc"], abs=0.34)  # float32 vs float64 path
+
+
+def test_centralized_trains_on_pooled_data(setup):
+    res = run(setup, "centralized", rounds=2)
+    assert res["last"]["global_acc"] > 40
+
+
+def test_divergence_is_recorded_not_averaged(setup, tmp_path):
+    bad = run(setup, lr=1e12, rounds=3)
+    assert bad["diverged"] and bad["diverged_round"] >= 1 and math.isnan(bad["last"]["global_acc"])
+    good = run(setup)
+    cells = []
+    for seed, res in enumerate([good, bad]):
+        path = tmp_path / f"{seed}.json"
+        path.write_text(json.dumps(res))
+        cells.append(dict(dataset="synthetic", partition="unimodal", method="fedavg", seed=seed, path=path))
+    table = build_table(collect_runs(cells), pd.DataFrame(columns=["table", "dataset", "partition", "method",
+                        "metric", "value", "std"]), "Table 2", ["synthetic"], ["unimodal"], {"fedavg": "fedavg"},
+                        ["global_acc"], "last", {"fedavg"})
+    row = table.iloc[0]
+    assert row["status"] == "1 of 2 seeds diverged" and row["seeds"] == 1
+    assert row["ours_mean"] == pytest.approx(good["last"]["global_acc"])
+
+
+def test_checkpoint_of_other_settings_is_not_resumed(setup, tmp_path):
+    run(setup, work_dir=tmp_path, checkpoint_every=1)
+    other = run(setup, work_dir=tmp_path, lr=0.05)  # same work dir, different lr: must start from scratch
+    assert strip(other["history"]) == strip(run(setup, lr=0.05)["history"])
+
+
+def test_kill_and_resume_equals_uninterrupted(setup, synthetic_root, tmp_path):
+    """SIGKILL a real training process mid-run; the restarted job resumes and ends with identical numbers."""
+    part_path = setup[3]
+
+    def cmd(out):
+        return [sys.executable, "-m", "fed.cli", "run", "synthetic", str(part_path), "fedavg", "--root",
+                str(synthetic_root), "-o", str(out), "--seed", "5", "--set", "rounds=8", "--set",
+                "local_epochs=3", "--set", "num_clients=10", "--set", "fraction=0.3", "--set", "batch_size=10",
+                "--set", "checkpoint_every=1", "--set", "eval_every=1"]
+
+    subprocess.run(cmd(tmp_path / "straight"), check=True, capture_output=True)
+    killed = tmp_path / "killed"
+    proc = subprocess.Popen(cmd(killed), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ckpt = killed / "work" / "checkpoint.pt"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if ckpt.exists():
+            import torch
+
+            try:
+                if torch.load(ckpt, weights_only=True)["round"] >= 2:
+                    break
+            except Exception:
+                pass
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert proc.returncode == -signal.SIGKILL, "the run finished before it could be killed"
+    assert not (killed / "metrics.json").exists()
+    resumed = subprocess.run(cmd(killed), check=True, capture_output=True, text=True)
+    assert "resumed from" in resumed.stderr
+    a = json.loads((tmp_path / "straight" / "metrics.json").read_text())
+    b = json.loads((killed / "metrics.json").read_text())
+    assert strip(a["history"]) == strip(b["history"]) and len(a["history"]) == 8

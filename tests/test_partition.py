@@ -1,0 +1,114 @@
+import numpy as np
+import pytest
+
+from fed.data.partition import PARTITIONS, make_partition, num_clients_for_avg_size
+
+# 10 classes x 600 samples, shuffled: shard size (6000 / 40 = 150) divides every class
+LABELS = np.random.default_rng(0).permutation(np.repeat(np.arange(10), 600))
+SCHEMES = {
+    "iid": {},
+    "unimodal": {"shards_per_client": 2},
+    "multimodal": {"shares": [0.5, 0.2, 0.15, 0.1, 0.05]},
+    "label_quantity": {"k": 2},
+    "dirichlet": {"beta": 0.5, "min_size": 20},
+}
+
+
+def client_indices(part):
+    return [np.asarray(c["train"] + c["test"], dtype=int) for c in part["clients"]]
+
+
+def classes_of(part):
+    return [set(LABELS[idx].tolist()) for idx in client_indices(part)]
+
+
+@pytest.mark.parametrize("scheme", SCHEMES)
+def test_disjoint_and_deterministic(scheme):
+    part = make_partition(LABELS, scheme, 20, seed=3, **SCHEMES[scheme])
+    allidx = np.concatenate(client_indices(part))
+    assert len(allidx) == len(set(allidx.tolist())), "a sample is given to two clients"
+    assert part == make_partition(LABELS, scheme, 20, seed=3, **SCHEMES[scheme])
+    assert part["clients"] != make_partition(LABELS, scheme, 20, seed=4, **SCHEMES[scheme])["clients"]
+    assert sum(map(sum, part["counts"])) == len(allidx)
+
+
+@pytest.mark.parametrize("scheme", ["iid", "unimodal", "label_quantity", "dirichlet"])
+def test_complete(scheme):
+    part = make_partition(LABELS, scheme, 20, seed=0, **SCHEMES[scheme])
+    assert sorted(np.concatenate(client_indices(part)).tolist()) == list(range(len(LABELS)))
+
+
+def test_unimodal_two_classes_per_client_and_equal_sizes():
+    part = make_partition(LABELS, "unimodal", 20, seed=0)
+    assert all(1 <= len(c) <= 2 for c in classes_of(part))
+    assert {len(i) for i in client_indices(part)} == {300}
+
+
+def test_multimodal_modes_shares_and_sizes():
+    part = make_partition(LABELS, "multimodal", 20, seed=0, shares=[0.5, 0.2, 0.15, 0.1, 0.05])
+    classes = classes_of(part)
+    assert all(len(c) == 2 for c in classes)
+    modes = {}
+    for c in classes:
+        modes[frozenset(c)] = modes.get(frozenset(c), 0) + 1
+    assert sorted(modes.values(), reverse=True) == [10, 4, 3, 2, 1]
+    assert len(set().union(*modes)) == 10 and sum(len(m) for m in modes) == 10  # modes are disjoint pairs
+    sizes = {len(i) for i in client_indices(part)}
+    assert sizes == {2 * (600 // 10)}  # largest equal size without reuse: the 10-client mode uses 60/class
+    for idx in client_indices(part):  # both classes of the mode in equal parts
+        assert len(set(np.bincount(LABELS[idx])[np.bincount(LABELS[idx]) > 0].tolist())) == 1
+    totals = np.asarray(part["counts"]).sum(0)
+    assert totals.max() == 10 * 60 and totals.min() == 60  # classes imbalanced in aggregate
+
+
+def test_multimodal_client_size_too_large_is_rejected():
+    with pytest.raises(ValueError, match="without reuse"):
+        make_partition(LABELS, "multimodal", 20, seed=0, client_size=10_000)
+
+
+@pytest.mark.parametrize("k", [1, 2, 3])
+def test_label_quantity_niid_bench_semantics(k):
+    part = make_partition(LABELS, "label_quantity", 10, seed=1, k=k)
+    for i, classes in enumerate(classes_of(part)):
+        assert len(classes) == k and i % 10 in classes
+    # each class is split equally among its holders
+    counts = np.asarray(part["counts"])
+    for c in range(10):
+        held = counts[:, c][counts[:, c] > 0]
+        assert held.max() - held.min() <= 1
+
+
+def test_label_quantity_k_larger_than_classes():
+    with pytest.raises(ValueError, match="k=11"):
+        make_partition(LABELS, "label_quantity", 10, seed=0, k=11)
+
+
+def test_dirichlet_min_size_and_skew():
+    part = make_partition(LABELS, "dirichlet", 20, seed=0, beta=0.1, min_size=50)
+    assert min(len(i) for i in client_indices(part)) >= 50
+    props = np.asarray(part["counts"]) / np.asarray(part["counts"]).sum(1, keepdims=True)
+    assert np.mean(props.max(1)) > 0.4  # beta=0.1: most of a client's data is one or two classes
+    with pytest.raises(ValueError, match="beta must be > 0"):
+        make_partition(LABELS, "dirichlet", 20, seed=0, beta=0.0)
+
+
+def test_local_split_is_stratified_80_20():
+    part = make_partition(LABELS, "unimodal", 20, seed=0, local_test_fraction=0.2)
+    for c in part["clients"]:
+        tr, te = np.asarray(c["train"]), np.asarray(c["test"])
+        assert not set(tr.tolist()) & set(te.tolist())
+        assert len(te) == 60 and len(tr) == 240
+        for cls in set(LABELS[tr].tolist()):
+            assert (LABELS[te] == cls).sum() == round(0.2 * (LABELS[np.r_[tr, te]] == cls).sum())
+
+
+def test_scarcity_sets_number_of_clients():
+    assert num_clients_for_avg_size(6000, 100) == 60
+    part = make_partition(LABELS, "dirichlet", avg_client_size=300, seed=0, beta=1.0)
+    assert part["num_clients"] == 20
+
+
+def test_unknown_scheme_lists_choices():
+    with pytest.raises(ValueError, match="valid choices: \\['dirichlet', 'iid'"):
+        make_partition(LABELS, "shards", 10)
+    assert set(SCHEMES) == set(PARTITIONS)
