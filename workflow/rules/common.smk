@@ -4,6 +4,7 @@ import itertools
 import sys
 from pathlib import Path
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
 sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the fed package, also before `pip install -e .`
@@ -13,8 +14,11 @@ from fed.tracking import default_uri
 
 
 validate(config, "../schemas/config.schema.yaml")
-for _warning in check_config(config):
-    print(f"fedrepro: {_warning}", file=sys.stderr)
+try:
+    for _warning in check_config(config):
+        print(f"fedrepro: {_warning}", file=sys.stderr)
+except ValueError as _err:
+    raise WorkflowError(f"fedrepro: {_err}") from None
 
 DATA = config["data_root"]
 RESULTS = config["results_dir"]
