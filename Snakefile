@@ -18,5 +18,6 @@ include: "workflow/rules/figures.smk"
 rule all:
     input:
         table_outputs(),
+        figure_outputs(),
         partition_figures(),
     default_target: True

@@ -30,6 +30,10 @@ from fed.metrics import group_accuracy, per_class_accuracy, variance
 from fed.models import build_model
 
 
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
 def resolve_device(name: str) -> torch.device:
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -48,6 +52,7 @@ class Engine:
         work_dir: str | Path | None = None,
         progress: TextIO | None = sys.stderr,
         label: str = "",
+        warm_start: str | Path | None = None,
     ):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
         self.device = resolve_device(cfg.device)
@@ -63,6 +68,7 @@ class Engine:
         self.local_test_idx = torch.cat(test_idx)
         self.local_test_group = np.repeat(np.arange(self.num_clients), [len(t) for t in test_idx])
         self.work_dir = Path(work_dir) if work_dir else None
+        self.warm_start = Path(warm_start) if warm_start else None
         self.progress = progress
 
         torch.manual_seed(self.seed_int("init"))
@@ -72,6 +78,7 @@ class Engine:
         self.client_store: dict[int, dict[str, Any]] = {}
         self.history: list[dict[str, float]] = []
         self.round = 0
+        self.round_metrics: dict[str, float] = {}
         self.diverged_round: int | None = None
 
     # ------------------------------------------------------------------ randomness
@@ -165,12 +172,18 @@ class Engine:
         }
 
     # ------------------------------------------------------------------ checkpoints
+    # Settings that do not change the training trajectory (what is evaluated or saved, and for how long).
+    TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "device")
+
+    def prefix_fingerprint(self) -> str:
+        """Identity of the training trajectory shared by every method that is FedAvg up to some round."""
+        cfg = {k: v for k, v in self.cfg.to_dict().items() if k not in self.TRAJECTORY_NEUTRAL}
+        return _digest([cfg, self.seed, [t.tolist() for t in self.train_idx.values()]])
+
     def fingerprint(self) -> str:
         """Identity of the run's inputs; a checkpoint of other inputs is not resumed."""
-        blob = json.dumps([self.cfg.to_dict(), type(self.algorithm).__name__, vars(self.algorithm), self.seed,
-                           self.num_clients, [t.tolist() for t in self.train_idx.values()][:3]], sort_keys=True,
-                          default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        return _digest([self.prefix_fingerprint(), self.cfg.rounds, type(self.algorithm).__name__,
+                        vars(self.algorithm)])
 
     @property
     def checkpoint_path(self) -> Path | None:
@@ -181,7 +194,8 @@ class Engine:
             return
         self.work_dir.mkdir(parents=True, exist_ok=True)
         tmp = self.checkpoint_path.with_suffix(".tmp")
-        torch.save({"fingerprint": self.fingerprint(), "round": self.round, "global_state": self.global_state,
+        torch.save({"fingerprint": self.fingerprint(), "prefix_fingerprint": self.prefix_fingerprint(),
+                    "round": self.round, "global_state": self.global_state,
                     "client_store": self.client_store, "algorithm": self.algorithm.state_dict(),
                     "history": self.history}, tmp)
         os.replace(tmp, self.checkpoint_path)  # atomic: a kill never leaves a torn checkpoint
@@ -194,33 +208,52 @@ class Engine:
         if ckpt["fingerprint"] != self.fingerprint():
             self._log(f"ignoring checkpoint {path}: it belongs to other settings")
             return False
-        self.round, self.global_state = ckpt["round"], ckpt["global_state"]
-        self.client_store, self.history = ckpt["client_store"], ckpt["history"]
+        self._load(ckpt)
         self.algorithm.load_state_dict(ckpt["algorithm"])
         self._log(f"resumed from {path} at round {self.round}")
         return True
+
+    def load_warm_start(self) -> None:
+        """Continue from a FedAvg checkpoint at round r - 1 (start-round ablations): valid when the method is
+        FedAvg up to that round and the trajectory settings, seed and partition are the same."""
+        ckpt = torch.load(self.warm_start, weights_only=True, map_location=self.device)
+        until = self.algorithm.fedavg_until
+        if ckpt["prefix_fingerprint"] != self.prefix_fingerprint():
+            raise ValueError(f"warm start {self.warm_start}: other settings, seed or partition than this run")
+        if ckpt["round"] >= until or ckpt["round"] >= self.cfg.rounds:
+            raise ValueError(f"warm start {self.warm_start} at round {ckpt['round']} does not precede round "
+                             f"{until}, where {type(self.algorithm).__name__} stops being FedAvg")
+        self._load(ckpt)
+        self._log(f"warm-started from {self.warm_start} at round {self.round}")
+
+    def _load(self, ckpt: dict) -> None:
+        self.round, self.global_state = ckpt["round"], ckpt["global_state"]
+        self.client_store, self.history = ckpt["client_store"], ckpt["history"]
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
         cfg = self.cfg
         started = time.perf_counter()
         self.algorithm.setup(self)  # deterministic; re-run on resume, expensive products are cached by rules
-        self.try_resume()
+        if not self.try_resume() and self.warm_start:
+            self.load_warm_start()
         bar = tqdm(total=cfg.rounds, initial=self.round, desc=self.label or "rounds", unit="round",
                    file=self.progress, disable=self.progress is None, mininterval=1.0, dynamic_ncols=True)
         while self.round < cfg.rounds:
             self.round += 1
             t0 = time.perf_counter()
+            self.round_metrics: dict[str, float] = {}  # what a method reports about this round (cost, sharing)
             results = []
             for client in self.algorithm.select_clients(self):
                 torch.manual_seed(self.seed_int("client", self.round, client))  # for methods using global RNG
                 results.append(self.algorithm.client_update(self, client))
             self.model.load_state_dict(self.algorithm.aggregate(self, results))
-            self.algorithm.server_update(self, self.model)
+            self.algorithm.server_update(self, self.model, results)
             self.global_state = self.state_copy(self.model)
             n = sum(r.num_samples for r in results)
             row: dict[str, Any] = {"round": self.round,
-                                   "train_loss": sum(r.train_loss * r.num_samples for r in results) / max(n, 1)}
+                                   "train_loss": sum(r.train_loss * r.num_samples for r in results) / max(n, 1),
+                                   **self.round_metrics}
             diverged = not math.isfinite(row["train_loss"]) or not all(
                 torch.isfinite(v).all() for v in self.global_state.values() if v.is_floating_point())
             if diverged or self.round % cfg.eval_every == 0 or self.round == cfg.rounds:

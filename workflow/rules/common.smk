@@ -1,5 +1,6 @@
 # Config validation and grid expansion. Every cell is keyed by what changes its result; two experiments that
 # need the same cell share one training job.
+import collections
 import itertools
 import sys
 from pathlib import Path
@@ -35,34 +36,89 @@ def algorithm(method):
     return config["methods"][method].get("algorithm", method)
 
 
-def cell_path(preset, dataset, partition, method, seed):
-    return f"{RESULTS}/runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/metrics.json"
+def start_round(method):
+    return config["methods"][method].get("start_round", 1)
+
+
+def start_variant(method, r):
+    """The method variant that starts augmenting at round r (start-round ablations), e.g. fedzdac-start90."""
+    name = f"{method}-start{r}"
+    config["methods"].setdefault(name, {**config["methods"][method], "start_round": r})
+    return name
+
+
+def cell_path(preset, dataset, partition, method, seed, file="metrics.json"):
+    return f"{RESULTS}/runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/{file}"
+
+
+def cell(preset, dataset, partition, method, seed):
+    return dict(preset=preset, dataset=dataset, partition=partition, method=method, seed=seed)
 
 
 def experiment_cells(exp):
-    """(dataset, partition, method, seed) of an experiment's implemented methods."""
+    """Cells of an experiment's implemented methods."""
     return [
-        dict(dataset=d, partition=p, method=m, seed=s)
+        cell(exp["preset"], d, p, m, s)
         for d, p, m, s in itertools.product(exp["datasets"], exp["partitions"], exp["methods"], exp["seeds"])
         if algorithm(m) in ALGORITHMS
     ]
 
 
-# cell -> the paper whose MLflow experiment records it (the first experiment that asks for it)
+def figure_cells(fig):
+    """Cells a figure reads, in a fixed order (see workflow/scripts/figure.py)."""
+    kind, seeds = fig["kind"], fig["seeds"]
+    if kind == "start_round_variance":
+        return [
+            cell(fig["preset"], d, fig["partition"], start_variant(fig["method"], r), s)
+            for d in fig["datasets"]
+            for r in fig["start_rounds"]
+            for s in seeds
+        ]
+    refs = [fig["source"], fig["oracle"]] if kind == "zsdg_class_accuracy" else list(fig["sources"].values())
+    return [cell(ref["preset"], d, ref["partition"], ref["method"], s) for d in fig["datasets"] for s in seeds
+            for ref in refs]
+
+
+# cell -> the paper whose MLflow experiment records it (the first experiment or figure that asks for it)
 CELL_PAPER = {}
-for _exp in config["experiments"].values():
-    for _c in experiment_cells(_exp):
-        CELL_PAPER.setdefault((_exp["preset"], *_c.values()), _exp["paper"])
+for _item, _cells in [(e, experiment_cells(e)) for e in config["experiments"].values()] + [
+    (f, figure_cells(f)) for f in config["figures"].values()
+]:
+    for _c in _cells:
+        CELL_PAPER.setdefault(tuple(_c.values()), _item["paper"])
 TABLES = {exp["output"]: name for name, exp in config["experiments"].items()}
-PAPERS = sorted({exp["paper"] for exp in config["experiments"].values()})
+FIGURES = {fig["output"]: name for name, fig in config["figures"].items()}
+PAPERS = sorted({item["paper"] for item in [*config["experiments"].values(), *config["figures"].values()]})
+
+# Start-round runs warm-start from FedAvg prefixes; prefixes of one (preset, dataset, partition, seed) chain.
+PREFIXES = collections.defaultdict(set)
+if config["warm_start"]:
+    for _preset, _d, _p, _m, _s in CELL_PAPER:
+        if start_round(_m) > 1:
+            PREFIXES[(_preset, _d, _p, _s)].add(start_round(_m) - 1)
+
+
+def prefix_path(preset, dataset, partition, seed, r):
+    return f"{RESULTS}/prefix/{preset}/{dataset}/{partition}/seed{seed}/round{r}.pt"
+
+
+def lower_prefix(w):
+    """The prefix just below round w.r of the same trajectory, if any (the prefix rule continues from it)."""
+    key = (w.preset, w.dataset, w.partition, int(w.seed))
+    lower = [r for r in PREFIXES[key] if r < int(w.r)]
+    return {"warm": prefix_path(*key, max(lower))} if lower else {}
 
 
 def table_outputs():
     return [f"{REPORTS}/tables/{t}.{ext}" for t in TABLES for ext in ("csv", "md", "html")]
 
 
+def figure_outputs():
+    return [f"{REPORTS}/figures/{f}.png" for f in FIGURES]
+
+
 def partition_figures():
-    """One figure per (preset, dataset, partition) in use, for its first seed."""
+    """One figure per (preset, dataset, partition) of the tables, for its first seed."""
     figs = {
         f"{REPORTS}/figures/partitions/{e['preset']}/{d}/{p}/seed{e['seeds'][0]}.png"
         for e in config["experiments"].values()
@@ -78,3 +134,4 @@ wildcard_constraints:
     partition=r"[^/]+",
     method=r"[^/]+",
     seed=r"\d+",
+    r=r"\d+",

@@ -1,10 +1,7 @@
 rule table:
     """Mean ± std over seeds per cell, the paper's value beside it, and the difference."""
     input:
-        lambda w: [
-            cell_path(config["experiments"][TABLES[w.table]]["preset"], **c)
-            for c in experiment_cells(config["experiments"][TABLES[w.table]])
-        ],
+        lambda w: [cell_path(**c) for c in experiment_cells(config["experiments"][TABLES[w.table]])],
     output:
         csv=f"{REPORTS}/tables/{{table}}.csv",
         md=f"{REPORTS}/tables/{{table}}.md",

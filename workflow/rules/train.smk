@@ -9,14 +9,48 @@ rule mlflow_init:
         "../scripts/mlflow_init.py"
 
 
-rule train:
+def train_inputs(w):
+    inputs = {
+        "data": f"{DATA}/{w.dataset}/tensors.pt",
+        "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
+        "store": MLFLOW_READY,
+    }
+    r = start_round(w.method)
+    if config["warm_start"] and r > 1:
+        inputs["warm"] = prefix_path(w.preset, w.dataset, w.partition, w.seed, r - 1)
+    return inputs
+
+
+rule prefix:
+    """FedAvg up to round r: the shared prefix of every run that starts augmenting at round r + 1."""
     input:
+        unpack(lower_prefix),
         data=f"{DATA}/{{dataset}}/tensors.pt",
         partition="partitions/{preset}/{dataset}/{partition}/seed{seed}.json",
-        store=MLFLOW_READY,
+    output:
+        f"{RESULTS}/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}.pt",
+    log:
+        "logs/prefix/{preset}/{dataset}/{partition}/seed{seed}/round{r}.log",
+    params:
+        preset=lambda w: preset(w.preset) | {"rounds": int(w.r)},
+        data_root=DATA,
+        work_dir=f"{RESULTS}/work/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}",
+    threads: config["train_threads"]
+    resources:
+        mem_mb=config["train_mem_mb"],
+        runtime=config["train_runtime_min"],
+        gpu=config["gpu_per_job"],
+    script:
+        "../scripts/prefix.py"
+
+
+rule train:
+    input:
+        unpack(train_inputs),
     output:
         metrics=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/metrics.json",
         history=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/history.csv",
+        model=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/model.pt",
     log:
         "logs/train/{preset}/{dataset}/{partition}/{method}/seed{seed}.log",
     params:

@@ -19,4 +19,5 @@ with open(snakemake.log[0], "w") as log:
         tracking=tracking,
         threads=snakemake.threads,
         progress=log,
+        warm_start=snakemake.input.get("warm"),
     )

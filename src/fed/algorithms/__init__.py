@@ -5,9 +5,10 @@ from fed.algorithms.base import Algorithm, ClientResult, LocalContext
 from fed.algorithms.centralized import Centralized
 from fed.algorithms.fedavg import FedAvg
 from fed.algorithms.fedprox import FedProx
+from fed.algorithms.fedzda import FedZDAC, FedZDAS
 from fed.algorithms.qffl import QFFL
 
-ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, QFFL, Centralized)}
+ALGORITHMS: dict[str, type[Algorithm]] = {cls.name: cls for cls in (FedAvg, FedProx, QFFL, Centralized, FedZDAC, FedZDAS)}
 
 PLANNED = {
     "fedzdac", "fedzdas",  # Fed-ZDA

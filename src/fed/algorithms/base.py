@@ -4,10 +4,10 @@ Hooks, in the order the engine calls them (see docs/architecture.md for how ever
 
 - ``setup(ctx)``                       once before the first round (pre-training stages, one-off sharing)
 - ``select_clients(ctx)``               which clients train this round (default: a fraction, uniformly)
-- ``client_update(ctx, client)``        one client's local training (default: SGD epochs over ``local_loss``)
+- ``client_update(ctx, client)``        one client's local training (default: ``train_locally`` on its data)
 - ``local_loss(model, x, y, local, ctx)``  the per-batch objective (default: cross-entropy)
 - ``aggregate(ctx, results)``           new global state (default: mean of parameters and BN buffers)
-- ``server_update(ctx, model)``         after aggregation (server-side training, calibration, buffers)
+- ``server_update(ctx, model, results)`` after aggregation (server-side training, calibration, buffers)
 
 ``ctx`` is the :class:`fed.engine.Engine`: it gives the config (``ctx.cfg``), the round (``ctx.round``), the
 working model (``ctx.model``), the global state (``ctx.global_state``), client data, named RNG streams
@@ -51,6 +51,9 @@ class Algorithm:
     """FedAvg behaviour for every hook; subclasses override what their paper changes."""
 
     name = "base"
+    # Rounds before this one are exactly FedAvg (same updates, same random streams), so a run may warm-start
+    # from a FedAvg checkpoint taken before it (start-round ablations).
+    fedavg_until: float = 1
 
     def setup(self, ctx: Engine) -> None:
         """Once before round 1."""
@@ -62,12 +65,16 @@ class Algorithm:
         return F.cross_entropy(model(x), y)
 
     def client_update(self, ctx: Engine, client: int) -> ClientResult:
-        """Load the global state, then ``local_epochs`` of mini-batch SGD over ``local_loss``."""
+        """Load the global state, then train on the client's local data."""
+        ctx.model.load_state_dict(ctx.global_state)
+        x, y = ctx.client_train_data(client)
+        return self.train_locally(ctx, client, x, y)
+
+    def train_locally(self, ctx: Engine, client: int, x: torch.Tensor, y: torch.Tensor) -> ClientResult:
+        """``local_epochs`` of mini-batch SGD over ``local_loss`` on (x, y), from the state ``ctx.model`` holds."""
         model = ctx.model
-        model.load_state_dict(ctx.global_state)
         local = LocalContext(client, ctx.client_store.setdefault(client, {}),
                              [p.detach().clone() for p in model.parameters()])
-        x, y = ctx.client_train_data(client)
         loss = ctx.local_sgd(model, x, y, lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
                              ctx.rng("shuffle", ctx.round, client))
         return ClientResult(client, ctx.state_copy(model), len(y), loss)
@@ -76,7 +83,7 @@ class Algorithm:
         weights = [r.num_samples if ctx.cfg.aggregation == "weighted" else 1.0 for r in results]
         return average_states([r.state for r in results], weights)
 
-    def server_update(self, ctx: Engine, model: nn.Module) -> None:
+    def server_update(self, ctx: Engine, model: nn.Module, results: list[ClientResult]) -> None:
         """After aggregation; ``model`` holds the new global state, and changes to it are kept."""
 
     # Method state that must survive a checkpoint (e.g. SCAFFOLD's server control variate).

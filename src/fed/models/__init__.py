@@ -6,11 +6,16 @@ from collections.abc import Callable
 
 from torch import nn
 
+from functools import partial
+
 from fed.models.cnn import FedZDACifarCNN, FedZDAMnistCNN
+from fed.models.resnet import resnet
 
 MODELS: dict[str, Callable[..., nn.Module]] = {
     "cnn_mnist": FedZDAMnistCNN,
     "cnn_cifar": FedZDACifarCNN,
+    "resnet18": partial(resnet, 18),
+    "resnet34": partial(resnet, 34),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 import matplotlib
@@ -26,3 +27,58 @@ def plot_partition(part: dict, out: str | Path, title: str) -> None:
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
     plt.close(fig)
+
+
+def _title(fig, title: str) -> None:
+    """A suptitle wrapped to the figure's width (captions carry the setting and its reduction)."""
+    fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 15)), fontsize=8)
+
+
+def _save(fig, out: str | Path) -> None:
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+
+
+def plot_start_round_variance(df, out: str | Path, title: str) -> None:
+    """Fed-ZDA Fig. 5: client- and class-level variance (mean ± std over seeds) against the start round.
+    ``df`` has columns dataset, start_round, seed, client_acc_variance, class_acc_variance."""
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
+    for ax, metric, label in zip(axes, ["client_acc_variance", "class_acc_variance"],
+                                 ["client-level variance (%²)", "class-level variance (%²)"]):
+        for dataset, g in df.groupby("dataset"):
+            stats = g.groupby("start_round")[metric].agg(["mean", "std", "count"]).reset_index()
+            ax.errorbar(stats["start_round"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
+                        label=f"{dataset} (n={int(stats['count'].min())} seeds)")
+        ax.set(xlabel="start round of augmentation", ylabel=label, xticks=sorted(df["start_round"].unique()))
+        ax.legend(fontsize=8)
+    _title(fig, title)
+    _save(fig, out)
+
+
+def plot_zsdg_class_accuracy(df, out: str | Path, title: str) -> None:
+    """Fed-ZDA Fig. 3: per dataset, bars of the FL model's per-class test accuracy (blue) and the oracle's
+    accuracy on the ZSDG images of each class (red). ``df``: dataset, class, model_acc, oracle_acc."""
+    datasets = list(dict.fromkeys(df["dataset"]))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.2 * len(datasets), 3.4), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        g = df[df["dataset"] == dataset]
+        x = np.arange(len(g))
+        ax.bar(x - 0.2, g["model_acc"], 0.4, color="tab:blue", label="FL model, test set")
+        ax.bar(x + 0.2, g["oracle_acc"], 0.4, color="tab:red", label="oracle on ZSDG images")
+        ax.set(title=dataset, xlabel="class", ylabel="accuracy (%)", xticks=x, ylim=(0, 105))
+        ax.legend(fontsize=7, loc="lower right")
+    _title(fig, title)
+    _save(fig, out)
+
+
+def plot_image_grids(panels: dict[str, np.ndarray], out: str | Path, title: str) -> None:
+    """Fed-ZDA Fig. 4: one image grid (H, W, C in [0, 1]) per model."""
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 4.6), squeeze=False)
+    for ax, (label, grid) in zip(axes[0], panels.items()):
+        ax.imshow(grid.squeeze(), cmap="gray" if grid.shape[-1] == 1 else None)
+        ax.set_title(label, fontsize=9)
+        ax.axis("off")
+    _title(fig, title)
+    _save(fig, out)

@@ -1,0 +1,59 @@
+"""The data behind Fed-ZDA's ZSDG figures (Fig. 3 and 4), computed from trained cells' models."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+import torchvision
+
+from fed.data.datasets import info
+from fed.metrics import per_class_accuracy
+from fed.models import build_model
+from fed.zsdg import ZSDGConfig, zsdg
+
+
+def load_cell_model(metrics_path: str | Path, model_path: str | Path) -> tuple[torch.nn.Module, dict]:
+    """The final global model of a cell, rebuilt from the architecture its metrics.json records."""
+    record = json.loads(Path(metrics_path).read_text())
+    meta = info(record["dataset"])
+    model = build_model(record["config"]["model"], meta.channels, meta.num_classes, meta.size)
+    model.load_state_dict(torch.load(model_path, weights_only=True))
+    return model.eval(), record
+
+
+def _generate(model, record, zsdg_params, seed):
+    meta = info(record["dataset"])
+    cfg = ZSDGConfig.from_params(zsdg_params)
+    return zsdg(model, meta.num_classes, (meta.channels, meta.size, meta.size), cfg, torch.Generator().manual_seed(seed))
+
+
+def class_accuracy_table(pairs, zsdg_params: dict) -> pd.DataFrame:
+    """``pairs``: (dataset, seed, (source metrics, source model), (oracle metrics, oracle model)). Per class: the
+    source FL model's test accuracy and the oracle's accuracy on ZSDG images inverted from the source."""
+    rows = []
+    for dataset, seed, source, oracle in pairs:
+        model, record = load_cell_model(*source)
+        oracle_model, _ = load_cell_model(*oracle)
+        x, y, _ = _generate(model, record, zsdg_params, seed)
+        with torch.inference_mode():
+            pred = oracle_model(x).argmax(1)
+        oracle_acc = per_class_accuracy(pred.numpy(), y.numpy(), info(dataset).num_classes)
+        for c, (m, o) in enumerate(zip(record["last"]["per_class_acc"], oracle_acc)):
+            rows.append({"dataset": dataset, "seed": seed, "class": c, "model_acc": m, "oracle_acc": float(o)})
+    df = pd.DataFrame(rows)
+    return df.groupby(["dataset", "class"], sort=False)[["model_acc", "oracle_acc"]].mean().reset_index()
+
+
+def image_grid(source, zsdg_params: dict, seed: int) -> np.ndarray:
+    """ZSDG images from a cell's model, one row per class, de-normalised to [0, 1], as an (H, W, C) array."""
+    model, record = load_cell_model(*source)
+    meta = info(record["dataset"])
+    x, _, _ = _generate(model, record, zsdg_params, seed)
+    x = x * torch.tensor(meta.std).view(1, -1, 1, 1) + torch.tensor(meta.mean).view(1, -1, 1, 1)
+    per_class = ZSDGConfig.from_params(zsdg_params).per_class
+    grid = torchvision.utils.make_grid(x.clamp(0, 1), nrow=per_class, padding=1, pad_value=1.0)
+    return grid.permute(1, 2, 0).numpy()

@@ -1,0 +1,108 @@
+"""ZSDG, Fed-ZDAC, Fed-ZDAS and the warm start of start-round runs."""
+import json
+
+import pytest
+import torch
+
+from fed.algorithms import build_algorithm
+from fed.config import FLConfig
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import make_partition
+from fed.engine import Engine
+from fed.models import build_model
+from fed.zsdg import ZSDGConfig, zsdg
+
+SMALL = dict(num_clients=10, fraction=0.3, rounds=3, local_epochs=1, batch_size=20, eval_every=1)
+FAST_ZSDG = {"per_class": 4, "iterations": 20, "lr": 0.1}
+
+
+@pytest.fixture(scope="module")
+def data(synthetic_root):
+    part = make_partition(load_labels("synthetic", synthetic_root), "multimodal", 10, seed=0)
+    return load_dataset("synthetic", synthetic_root, "train"), load_dataset("synthetic", synthetic_root, "test"), part
+
+
+def engine(data, algo, params=None, seed=0, work_dir=None, **overrides):
+    train, test, part = data
+    return Engine(FLConfig(**(SMALL | overrides)), build_algorithm(algo, **(params or {})), train, test, part, seed,
+                  progress=None, work_dir=work_dir)
+
+
+@pytest.fixture(scope="module")
+def trained(data):
+    """A model trained centrally on the synthetic data (the 'source' model of ZSDG)."""
+    e = engine(data, "centralized", rounds=3, local_epochs=2)
+    e.run()
+    assert e.history[-1]["global_acc"] > 60
+    return e.model
+
+
+def test_zsdg_loss_falls_and_samples_carry_their_class(trained):
+    before = {k: v.clone() for k, v in trained.state_dict().items()}
+    x, y, info = zsdg(trained, 10, (1, 28, 28), ZSDGConfig(per_class=8, iterations=60), torch.Generator().manual_seed(0))
+    assert x.shape == (80, 1, 28, 28) and torch.bincount(y).tolist() == [8] * 10
+    assert info["loss_last"] < 0.5 * info["loss_first"]
+    assert info["source_acc"] > 80  # chance is 10 %
+    assert all(torch.equal(before[k], v) for k, v in trained.state_dict().items()), "ZSDG must not touch the model"
+    assert all(p.requires_grad for p in trained.parameters())
+
+
+def test_zsdg_needs_batchnorm():
+    model = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 10))
+    with pytest.raises(ValueError, match="ZSDG needs a model with BatchNorm layers; Sequential has none"):
+        zsdg(model, 10, (1, 28, 28), ZSDGConfig(), torch.Generator())
+    with pytest.raises(TypeError, match="unknown ZSDG options \\['steps'\\]"):
+        build_algorithm("fedzdac", zsdg={"steps": 3})
+
+
+@pytest.mark.parametrize("algo", ["fedzdac", "fedzdas"])
+def test_zda_runs_generate_and_differ_from_fedavg(data, algo):
+    res = engine(data, algo, {"zsdg": FAST_ZSDG}).run()
+    fedavg = engine(data, "fedavg").run()
+    row = res["history"][-1]
+    clients = 3  # fraction 0.3 of 10
+    assert row["synthetic_samples"] == clients * 4 * 10 and row["zsdg_calls"] == clients
+    assert row["zsdg_seconds"] > 0 and 0 <= row["zsdg_source_acc"] <= 100
+    assert res["last"]["global_acc"] != fedavg["last"]["global_acc"] or \
+        res["history"][0]["train_loss"] != fedavg["history"][0]["train_loss"]
+    if algo == "fedzdas":
+        assert "server_loss" in row
+
+
+@pytest.mark.parametrize("algo", ["fedzdac", "fedzdas"])
+def test_before_start_round_it_is_fedavg(data, algo):
+    late = engine(data, algo, {"start_round": 3, "zsdg": FAST_ZSDG}).run()
+    fedavg = engine(data, "fedavg").run()
+    strip = lambda rows: [{k: v for k, v in r.items() if k != "seconds"} for r in rows]  # noqa: E731
+    assert strip(late["history"][:2]) == strip(fedavg["history"][:2])
+    assert "synthetic_samples" in late["history"][2] and "synthetic_samples" not in late["history"][1]
+
+
+def test_warm_start_equals_training_the_prefix(data, tmp_path):
+    """A run with start_round=3 that warm-starts from FedAvg's round-2 checkpoint ends with the same numbers
+    and weights as the same run that trains rounds 1-2 itself."""
+    params = {"start_round": 3, "zsdg": FAST_ZSDG}
+    prefix = engine(data, "fedavg", rounds=2, work_dir=tmp_path / "prefix")
+    prefix.run()
+    warm = engine(data, "fedzdac", params, rounds=4)
+    warm.warm_start = tmp_path / "prefix" / "checkpoint.pt"
+    warm_res = warm.run()
+    straight = engine(data, "fedzdac", params, rounds=4)
+    straight_res = straight.run()
+    untimed = lambda row: json.dumps({k: v for k, v in row.items() if not k.endswith("seconds")})  # noqa: E731
+    assert untimed(warm_res["last"]) == untimed(straight_res["last"])
+    assert all(torch.equal(warm.global_state[k], straight.global_state[k]) for k in straight.global_state)
+    assert [r["train_loss"] for r in warm_res["history"]] == [r["train_loss"] for r in straight_res["history"]]
+
+    too_late = engine(data, "fedzdac", {"start_round": 2}, rounds=4)
+    too_late.warm_start = tmp_path / "prefix" / "checkpoint.pt"
+    with pytest.raises(ValueError, match="does not precede"):
+        too_late.run()
+    other_seed = engine(data, "fedzdac", params, seed=1, rounds=4)
+    other_seed.warm_start = tmp_path / "prefix" / "checkpoint.pt"
+    with pytest.raises(ValueError, match="other settings, seed or partition"):
+        other_seed.run()
+
+
+def test_build_model_registry_names():
+    assert isinstance(build_model("cnn_cifar", 3, 10, 32), torch.nn.Module)
