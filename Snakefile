@@ -16,8 +16,8 @@ include: "workflow/rules/figures.smk"
 
 
 rule all:
+    default_target: True
     input:
         table_outputs(),
         figure_outputs(),
         partition_figures(),
-    default_target: True

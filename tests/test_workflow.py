@@ -19,14 +19,17 @@ def job_counts(stdout: str) -> dict[str, int]:
 
 def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n").stdout)
-    # 3 datasets x 2 partitions x 3 implemented methods x 3 seeds; Tables 1 and 2 share every cell
-    assert counts["train"] == 54 and counts["table"] == 2
-    assert counts["partition"] == 3 * 2 * 3 and counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
+    # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 3 adds
+    # 3 oracles (its FL models are table cells), Fig. 4 three ResNet34 models, Fig. 5 3 start rounds x 3 seeds
+    assert counts["train"] == 90 + 3 + 3 + 9 and counts["table"] == 2 and counts["figure"] == 3
+    # Fig. 5's FedAvg prefixes (rounds 79, 89, 94) are computed once per seed and chained
+    assert counts["prefix"] == 3 * 3
+    assert counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
 
 
 def test_quick_config_dry_run(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/quick.yaml")).stdout)
-    assert counts["train"] == 18 and counts["prepare_data"] == 1
+    assert counts["train"] == 30 + 1 + 2 + 9 and counts["prepare_data"] == 1 and counts["figure"] == 3
 
 
 @pytest.mark.slow
@@ -35,27 +38,38 @@ def test_smoke_run_produces_tables_and_mlflow_runs(tmp_path):
     assert "train" in proc.stdout + proc.stderr
     t1 = pd.read_csv(tmp_path / "reports/tables/fedzda/table1.csv")
     assert set(t1.metric) == {"local_acc_mean", "client_acc_variance"}
-    done = t1[t1.method.isin(["fedavg", "fedprox", "qffl"])]
-    assert len(done) == 2 * 3 * 2 and (done.status == "ok").all() and (done.seeds == 2).all()
-    assert done.ours_mean.between(0, 10_000).all()
-    todo = t1[t1.method.isin(["fedzdac", "fedzdas"])]
-    assert len(todo) == 8 and (todo.ours == "not yet implemented").all()
+    assert len(t1) == 2 * 5 * 2 and (t1.status == "ok").all() and (t1.seeds == 2).all()
+    assert t1.ours_mean.between(0, 10_000).all()
     for ext in ("md", "html"):
         text = (tmp_path / f"reports/tables/fedzda/table2.{ext}").read_text()
         assert "smoke config: synthetic data" in text and "global_acc" in text
     assert (tmp_path / "reports/figures/partitions/smoke/synthetic/multimodal/seed0.png").stat().st_size > 1000
+    fig5 = pd.read_csv(tmp_path / "reports/figures/fedzda/fig5.csv")
+    assert sorted(zip(fig5.start_round, fig5.seed)) == [(2, 0), (2, 1), (3, 0), (3, 1)]
+    fig3 = pd.read_csv(tmp_path / "reports/figures/fedzda/fig3.csv")
+    assert list(fig3["class"]) == list(range(10)) and fig3.oracle_acc.between(0, 100).all()
+    for fig in ("fig3", "fig4", "fig5"):
+        assert (tmp_path / f"reports/figures/fedzda/{fig}.png").stat().st_size > 5000
+    # start-round runs continue from the shared FedAvg prefixes (round 1, then round 2 chained on it)
+    log = (tmp_path / "logs/train/smoke/synthetic/multimodal/fedzdac-start3/seed0.log").read_text()
+    assert "warm-started from results/prefix/smoke/synthetic/multimodal/seed0/round2.pt at round 2" in log
+    assert "warm-started" in (tmp_path / "logs/prefix/smoke/synthetic/multimodal/seed0/round2.log").read_text()
 
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")
     exp = client.get_experiment_by_name("fedzda")
     runs = client.search_runs([exp.experiment_id])
-    assert len(runs) == 12  # 2 partitions x 3 methods x 2 seeds, once each although two tables use them
+    # tables: 2 partitions x 5 methods x 2 seeds, once each although two tables use them; figures: Fig. 3 oracle,
+    # Fig. 4 IID and label-3 FL models, Fig. 5 two start rounds x 2 seeds
+    assert len(runs) == 20 + 1 + 2 + 4
     run = next(r for r in runs if r.data.tags["method"] == "qffl" and r.data.tags["seed"] == "1")
     assert run.data.tags["paper"] == "fedzda" and run.data.tags["git_commit"]
     assert run.data.params["method.params.q"] == "1.0" and run.data.params["preset.rounds"] == "3"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == [1, 2, 3]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"metrics.json", "history.csv"}
+    zdac = next(r for r in runs if r.data.tags["method"] == "fedzdac")
+    assert len(client.get_metric_history(zdac.info.run_id, "zsdg_seconds")) == 3  # generation cost, every round
 
     # nothing to do on a second invocation; one cell can be re-run alone (README: "re-run one cell")
     assert "Nothing to be done" in snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml")).stdout

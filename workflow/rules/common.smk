@@ -8,11 +8,12 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-sys.path.insert(0, str(Path(workflow.basedir) / "src"))  # the fed package, also before `pip install -e .`
+sys.path.insert(
+    0, str(Path(workflow.basedir) / "src")
+)  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS
 from fed.config import check_config, resolve_preset
 from fed.tracking import default_uri
-
 
 validate(config, "../schemas/config.schema.yaml")
 try:
@@ -52,14 +53,18 @@ def cell_path(preset, dataset, partition, method, seed, file="metrics.json"):
 
 
 def cell(preset, dataset, partition, method, seed):
-    return dict(preset=preset, dataset=dataset, partition=partition, method=method, seed=seed)
+    return dict(
+        preset=preset, dataset=dataset, partition=partition, method=method, seed=seed
+    )
 
 
 def experiment_cells(exp):
     """Cells of an experiment's implemented methods."""
     return [
         cell(exp["preset"], d, p, m, s)
-        for d, p, m, s in itertools.product(exp["datasets"], exp["partitions"], exp["methods"], exp["seeds"])
+        for d, p, m, s in itertools.product(
+            exp["datasets"], exp["partitions"], exp["methods"], exp["seeds"]
+        )
         if algorithm(m) in ALGORITHMS
     ]
 
@@ -74,21 +79,34 @@ def figure_cells(fig):
             for r in fig["start_rounds"]
             for s in seeds
         ]
-    refs = [fig["source"], fig["oracle"]] if kind == "zsdg_class_accuracy" else list(fig["sources"].values())
-    return [cell(ref["preset"], d, ref["partition"], ref["method"], s) for d in fig["datasets"] for s in seeds
-            for ref in refs]
+    refs = (
+        [fig["source"], fig["oracle"]]
+        if kind == "zsdg_class_accuracy"
+        else list(fig["sources"].values())
+    )
+    return [
+        cell(ref["preset"], d, ref["partition"], ref["method"], s)
+        for d in fig["datasets"]
+        for s in seeds
+        for ref in refs
+    ]
 
 
 # cell -> the paper whose MLflow experiment records it (the first experiment or figure that asks for it)
 CELL_PAPER = {}
-for _item, _cells in [(e, experiment_cells(e)) for e in config["experiments"].values()] + [
-    (f, figure_cells(f)) for f in config["figures"].values()
-]:
+for _item, _cells in [
+    (e, experiment_cells(e)) for e in config["experiments"].values()
+] + [(f, figure_cells(f)) for f in config["figures"].values()]:
     for _c in _cells:
         CELL_PAPER.setdefault(tuple(_c.values()), _item["paper"])
 TABLES = {exp["output"]: name for name, exp in config["experiments"].items()}
 FIGURES = {fig["output"]: name for name, fig in config["figures"].items()}
-PAPERS = sorted({item["paper"] for item in [*config["experiments"].values(), *config["figures"].values()]})
+PAPERS = sorted(
+    {
+        item["paper"]
+        for item in [*config["experiments"].values(), *config["figures"].values()]
+    }
+)
 
 # Start-round runs warm-start from FedAvg prefixes; prefixes of one (preset, dataset, partition, seed) chain.
 PREFIXES = collections.defaultdict(set)
@@ -109,8 +127,43 @@ def lower_prefix(w):
     return {"warm": prefix_path(*key, max(lower))} if lower else {}
 
 
+def train_inputs(w):
+    inputs = {
+        "data": f"{DATA}/{w.dataset}/tensors.pt",
+        "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
+        "store": MLFLOW_READY,
+    }
+    r = start_round(w.method)
+    if config["warm_start"] and r > 1:
+        inputs["warm"] = prefix_path(w.preset, w.dataset, w.partition, w.seed, r - 1)
+    return inputs
+
+
+def figure_inputs(w):
+    """metrics.json and model.pt of every cell the figure reads, in figure_cells order."""
+    cells = figure_cells(config["figures"][FIGURES[w.figure]])
+    return {
+        "metrics": [cell_path(**c) for c in cells],
+        "models": [cell_path(**c, file="model.pt") for c in cells],
+    }
+
+
+def cost_cells(paper, preset):
+    """Every table cell of one paper under one preset, once."""
+    cells = {
+        tuple(c.values()): c
+        for e in config["experiments"].values()
+        if e["paper"] == paper and e["preset"] == preset
+        for c in experiment_cells(e)
+    }
+    return list(cells.values())
+
+
 def table_outputs():
-    return [f"{REPORTS}/tables/{t}.{ext}" for t in TABLES for ext in ("csv", "md", "html")]
+    costs = {(e["paper"], e["preset"]) for e in config["experiments"].values()}
+    tables = [f"{REPORTS}/tables/{t}" for t in TABLES]
+    tables += [f"{REPORTS}/tables/{paper}/costs_{p}" for paper, p in sorted(costs)]
+    return [f"{t}.{ext}" for t in tables for ext in ("csv", "md", "html")]
 
 
 def figure_outputs():

@@ -3,8 +3,10 @@ rule prepare_data:
         f"{DATA}/{{dataset}}/tensors.pt",
     log:
         "logs/prepare_data/{dataset}.log",
+    conda:
+        "../../envs/fed.yaml"
     params:
-        root=DATA,
+        root=lambda w, output: str(Path(output[0]).parents[1]),
         download=config["download"],
         synthetic=config["synthetic"],
     script:
@@ -16,6 +18,10 @@ rule partition:
         f"{DATA}/{{dataset}}/tensors.pt",
     output:
         "partitions/{preset}/{dataset}/{partition}/seed{seed}.json",
+    log:
+        "logs/partition/{preset}/{dataset}/{partition}/seed{seed}.log",
+    conda:
+        "../../envs/fed.yaml"
     params:
         spec=lambda w: config["partitions"][w.partition],
         preset=lambda w: preset(w.preset),
@@ -31,7 +37,15 @@ rule plot_partition:
             f"{REPORTS}/figures/partitions/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}.png",
             caption="../report/partition.rst",
             category="Partitions",
-            labels={"dataset": "{dataset}", "partition": "{partition}", "preset": "{preset}"},
+            labels={
+                "dataset": "{dataset}",
+                "partition": "{partition}",
+                "preset": "{preset}",
+            },
         ),
+    log:
+        "logs/plot_partition/{preset}/{dataset}/{partition}/seed{seed}.log",
+    conda:
+        "../../envs/fed.yaml"
     script:
         "../scripts/plot_partition.py"

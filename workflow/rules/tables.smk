@@ -1,7 +1,10 @@
 rule table:
     """Mean ± std over seeds per cell, the paper's value beside it, and the difference."""
     input:
-        lambda w: [cell_path(**c) for c in experiment_cells(config["experiments"][TABLES[w.table]])],
+        lambda w: [
+            cell_path(**c)
+            for c in experiment_cells(config["experiments"][TABLES[w.table]])
+        ],
     output:
         csv=f"{REPORTS}/tables/{{table}}.csv",
         md=f"{REPORTS}/tables/{{table}}.md",
@@ -11,12 +14,41 @@ rule table:
             category="Tables",
             subcategory=lambda w: config["experiments"][TABLES[w.table]]["paper"],
         ),
+    log:
+        "logs/table/{table}.log",
+    wildcard_constraints:
+        table="|".join(TABLES) or "NONE",
+    conda:
+        "../../envs/fed.yaml"
     params:
         experiment=lambda w: config["experiments"][TABLES[w.table]],
         preset=lambda w: preset(config["experiments"][TABLES[w.table]]["preset"]),
         cells=lambda w: experiment_cells(config["experiments"][TABLES[w.table]]),
-        implemented=lambda w: [m for m in config["methods"] if algorithm(m) in ALGORITHMS],
-    wildcard_constraints:
-        table="|".join(TABLES) or "NONE",
+        implemented=lambda w: [
+            m for m in config["methods"] if algorithm(m) in ALGORITHMS
+        ],
     script:
         "../scripts/table.py"
+
+
+rule costs:
+    """Wall time and generation time of every method of a paper's tables, relative to FedAvg."""
+    input:
+        lambda w: [cell_path(**c) for c in cost_cells(w.paper, w.preset)],
+    output:
+        csv=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.csv",
+        md=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.md",
+        html=report(
+            f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.html",
+            caption="../report/costs.rst",
+            category="Tables",
+            subcategory="{paper}",
+        ),
+    log:
+        "logs/costs/{paper}/{preset}.log",
+    conda:
+        "../../envs/fed.yaml"
+    params:
+        cells=lambda w: cost_cells(w.paper, w.preset),
+    script:
+        "../scripts/costs.py"

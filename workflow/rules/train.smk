@@ -2,23 +2,15 @@ rule mlflow_init:
     """Create the tracking store and one experiment per paper before training jobs fan out."""
     output:
         MLFLOW_READY,
+    log:
+        "logs/mlflow_init.log",
+    conda:
+        "../../envs/fed.yaml"
     params:
         uri=TRACKING_URI,
         experiments=PAPERS,
     script:
         "../scripts/mlflow_init.py"
-
-
-def train_inputs(w):
-    inputs = {
-        "data": f"{DATA}/{w.dataset}/tensors.pt",
-        "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
-        "store": MLFLOW_READY,
-    }
-    r = start_round(w.method)
-    if config["warm_start"] and r > 1:
-        inputs["warm"] = prefix_path(w.preset, w.dataset, w.partition, w.seed, r - 1)
-    return inputs
 
 
 rule prefix:
@@ -31,15 +23,17 @@ rule prefix:
         f"{RESULTS}/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}.pt",
     log:
         "logs/prefix/{preset}/{dataset}/{partition}/seed{seed}/round{r}.log",
-    params:
-        preset=lambda w: preset(w.preset) | {"rounds": int(w.r)},
-        data_root=DATA,
-        work_dir=f"{RESULTS}/work/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}",
+    conda:
+        "../../envs/fed.yaml"
     threads: config["train_threads"]
     resources:
         mem_mb=config["train_mem_mb"],
         runtime=config["train_runtime_min"],
         gpu=config["gpu_per_job"],
+    params:
+        preset=lambda w: preset(w.preset) | {"rounds": int(w.r)},
+        data_root=lambda w, input: str(Path(input.data).parents[1]),
+        work_dir=f"{RESULTS}/work/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}",
     script:
         "../scripts/prefix.py"
 
@@ -53,17 +47,28 @@ rule train:
         model=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/model.pt",
     log:
         "logs/train/{preset}/{dataset}/{partition}/{method}/seed{seed}.log",
+    conda:
+        "../../envs/fed.yaml"
+    threads: config["train_threads"]
+    resources:
+        mem_mb=config["train_mem_mb"],
+        runtime=config["train_runtime_min"],
+        gpu=config["gpu_per_job"],
     params:
         preset=lambda w: preset(w.preset),
         method=lambda w: config["methods"][w.method],
-        data_root=DATA,
+        data_root=lambda w, input: str(Path(input.data).parents[1]),
         # checkpoints live outside the declared outputs, so a killed job resumes instead of restarting
         work_dir=f"{RESULTS}/work/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}",
         tracking=lambda w: {
             "uri": TRACKING_URI,
-            "experiment": CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))],
+            "experiment": CELL_PAPER[
+                (w.preset, w.dataset, w.partition, w.method, int(w.seed))
+            ],
             "tags": {
-                "paper": CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))],
+                "paper": CELL_PAPER[
+                    (w.preset, w.dataset, w.partition, w.method, int(w.seed))
+                ],
                 "preset": w.preset,
                 "dataset": w.dataset,
                 "partition": w.partition,
@@ -72,10 +77,5 @@ rule train:
                 "seed": w.seed,
             },
         },
-    threads: config["train_threads"]
-    resources:
-        mem_mb=config["train_mem_mb"],
-        runtime=config["train_runtime_min"],
-        gpu=config["gpu_per_job"],
     script:
         "../scripts/train.py"

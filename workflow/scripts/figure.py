@@ -1,4 +1,8 @@
 """Draw one of the papers' figures from the cells it reads (see figure_cells in common.smk for their order)."""
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
+
 import json
 
 import pandas as pd

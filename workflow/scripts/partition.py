@@ -1,4 +1,8 @@
 """Partition a dataset's training set for one preset (number of clients) and seed."""
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
+
 import json
 
 from fed.data.datasets import load_labels

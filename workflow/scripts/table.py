@@ -1,4 +1,8 @@
 """Aggregate an experiment's cells into a reproduction table (csv, md, html)."""
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
+
 from fed.reporting.tables import build_table, collect_runs, paper_values, write_table
 
 exp, preset = snakemake.params.experiment, snakemake.params.preset

@@ -1,4 +1,8 @@
 """Train one cell; progress (rounds, ETA) goes to the rule's log."""
+import sys
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
+
 from fed.config import FLConfig, MethodSpec
 from fed.runner import run_cell
 from fed.tracking import git_commit

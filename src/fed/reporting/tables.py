@@ -101,3 +101,24 @@ def write_table(df: pd.DataFrame, out_prefix: str | Path, caption: str) -> None:
 
 def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")
+
+
+def cost_table(cells: list[dict]) -> pd.DataFrame:
+    """Measured cost per (dataset, partition, method): wall time of a run, seconds per round, ZSDG seconds per
+    round, and the wall time relative to FedAvg on the same dataset and partition (mean over seeds)."""
+    rows = []
+    for cell in cells:
+        summary = json.loads(Path(cell["path"]).read_text())
+        hist = pd.DataFrame(summary["history"])
+        rows.append({**{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
+                     "wall_seconds": summary["wall_seconds"], "rounds": summary["rounds_completed"],
+                     "seconds_per_round": hist["seconds"].mean(),
+                     "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0})
+    df = pd.DataFrame(rows).groupby(["dataset", "partition", "method"], sort=False).agg(
+        seeds=("seed", "count"), wall_seconds=("wall_seconds", "mean"), rounds=("rounds", "max"),
+        seconds_per_round=("seconds_per_round", "mean"),
+        zsdg_seconds_per_round=("zsdg_seconds_per_round", "mean")).reset_index()
+    base = df[df.method == "fedavg"].set_index(["dataset", "partition"])["wall_seconds"]
+    df["relative_to_fedavg"] = [row.wall_seconds / base.get((row.dataset, row.partition), math.nan)
+                                for row in df.itertuples()]
+    return df.round(2)
