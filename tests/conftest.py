@@ -18,6 +18,14 @@ def synthetic_root(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """The smoke config run once through Snakemake (shared by the workflow and report tests)."""
+    workdir = tmp_path_factory.mktemp("smoke")
+    proc = snakemake(workdir, "--cores", "2", "--configfile", str(REPO / "config/smoke.yaml"))
+    return workdir, proc
+
+
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
     """Run the repository's workflow with ``workdir`` as its working directory."""
     cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]

@@ -33,8 +33,8 @@ def test_quick_config_dry_run(tmp_path):
 
 
 @pytest.mark.slow
-def test_smoke_run_produces_tables_and_mlflow_runs(tmp_path):
-    proc = snakemake(tmp_path, "--cores", "2", "--configfile", str(REPO / "config/smoke.yaml"))
+def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
+    tmp_path, proc = smoke_run
     assert "train" in proc.stdout + proc.stderr
     t1 = pd.read_csv(tmp_path / "reports/tables/fedzda/table1.csv")
     assert set(t1.metric) == {"local_acc_mean", "client_acc_variance"}
@@ -70,6 +70,10 @@ def test_smoke_run_produces_tables_and_mlflow_runs(tmp_path):
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"metrics.json", "history.csv"}
     zdac = next(r for r in runs if r.data.tags["method"] == "fedzdac")
     assert len(client.get_metric_history(zdac.info.run_id, "zsdg_seconds")) == 3  # generation cost, every round
+
+    costs = pd.read_csv(tmp_path / "reports/tables/fedzda/costs_smoke.csv")
+    assert (costs[costs.method == "fedavg"].relative_to_fedavg == 1).all()
+    assert (costs[costs.method == "fedzdac"].zsdg_seconds_per_round > 0).all()
 
     # nothing to do on a second invocation; one cell can be re-run alone (README: "re-run one cell")
     assert "Nothing to be done" in snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml")).stdout

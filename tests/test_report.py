@@ -1,0 +1,70 @@
+"""The HTML report as a person sees it: rendered in headless Chromium, tables and figures visible."""
+import shutil
+import time
+
+import pytest
+
+from conftest import REPO, snakemake
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+
+
+@pytest.fixture(scope="module")
+def browser():
+    if not (CHROMIUM and DRIVER):
+        pytest.skip("headless Chromium not installed: apt-get install chromium chromium-driver")
+    webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed (pip install -e '.[dev]')")
+    from selenium.webdriver.chrome.service import Service
+
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = CHROMIUM
+    for arg in ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+                "--disable-component-update", "--disable-sync", "--no-first-run", "--window-size=1400,1000"]:
+        opts.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(DRIVER), options=opts)
+    yield driver
+    driver.quit()
+
+
+def open_item(driver, category: str, path: str):
+    """Click a result category, then the 'eye' button of one item; returns the item's iframe."""
+    from selenium.webdriver.common.by import By
+
+    driver.find_element(By.LINK_TEXT, category).click()
+    time.sleep(0.5)
+    row = driver.find_element(By.XPATH, f"//td[text()='{path}']/ancestor::tr[1]")
+    row.find_element(By.XPATH, ".//a[@iconname='eye']").click()
+    time.sleep(1.5)
+    return driver
+
+
+@pytest.mark.slow
+def test_report_shows_tables_and_figures(smoke_run, browser, tmp_path):
+    from selenium.webdriver.common.by import By
+
+    workdir, _ = smoke_run
+    report = workdir / "report.html"
+    snakemake(workdir, "--configfile", str(REPO / "config/smoke.yaml"), "--report", str(report))
+    browser.get(report.as_uri())
+    time.sleep(2)
+    for category in ("Tables", "Figures", "Partitions"):
+        assert browser.find_elements(By.LINK_TEXT, category), f"no {category} category in the report"
+
+    open_item(browser, "Tables", "reports/tables/fedzda/table1.html")
+    frame = browser.find_element(By.TAG_NAME, "iframe")
+    assert frame.is_displayed() and frame.size["height"] > 300
+    browser.switch_to.frame(frame)
+    text = browser.find_element(By.TAG_NAME, "body").text
+    rows = browser.find_elements(By.TAG_NAME, "tr")
+    browser.switch_to.default_content()
+    browser.save_screenshot(str(tmp_path / "report-table1.png"))
+    assert "Fed-ZDA Table 1" in text and "smoke config" in text and "fedzdas" in text
+    assert len(rows) == 1 + 2 * 5 * 2  # header + partitions x methods x metrics
+
+    browser.get(report.as_uri())
+    time.sleep(2)
+    open_item(browser, "Figures", "reports/figures/fedzda/fig5.png")
+    images = [img for img in browser.find_elements(By.TAG_NAME, "img") if img.is_displayed()]
+    browser.save_screenshot(str(tmp_path / "report-fig5.png"))
+    assert any(img.size["width"] > 300 for img in images), "the figure is not shown"
+    assert (tmp_path / "report-table1.png").stat().st_size > 10_000
