@@ -105,7 +105,8 @@ def _html_escape(s: str) -> str:
 
 def cost_table(cells: list[dict]) -> pd.DataFrame:
     """Measured cost per (dataset, partition, method): wall time of a run, seconds per round, ZSDG seconds per
-    round, and the wall time relative to FedAvg on the same dataset and partition (mean over seeds)."""
+    round, the wall time relative to FedAvg on the same dataset and partition (mean over seeds), and ZSDG's
+    quality: the accuracy (%) of each source model on the samples it generated."""
     rows = []
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
@@ -113,11 +114,13 @@ def cost_table(cells: list[dict]) -> pd.DataFrame:
         rows.append({**{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
                      "wall_seconds": summary["wall_seconds"], "rounds": summary["rounds_completed"],
                      "seconds_per_round": hist["seconds"].mean(),
-                     "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0})
+                     "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0,
+                     "zsdg_source_acc": hist["zsdg_source_acc"].mean() if "zsdg_source_acc" in hist else math.nan})
     df = pd.DataFrame(rows).groupby(["dataset", "partition", "method"], sort=False).agg(
         seeds=("seed", "count"), wall_seconds=("wall_seconds", "mean"), rounds=("rounds", "max"),
         seconds_per_round=("seconds_per_round", "mean"),
-        zsdg_seconds_per_round=("zsdg_seconds_per_round", "mean")).reset_index()
+        zsdg_seconds_per_round=("zsdg_seconds_per_round", "mean"),
+        zsdg_source_acc=("zsdg_source_acc", "mean")).reset_index()
     base = df[df.method == "fedavg"].set_index(["dataset", "partition"])["wall_seconds"]
     df["relative_to_fedavg"] = [row.wall_seconds / base.get((row.dataset, row.partition), math.nan)
                                 for row in df.itertuples()]
