@@ -41,3 +41,14 @@ def test_slurm_profile_dry_run(tmp_path):
     proc = snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"), "-n", "--configfile",
                      str(REPO / "config/smoke.yaml"))
     assert "train" in proc.stdout
+
+
+def test_training_jobs_declare_the_gpu_resource(tmp_path):
+    """`--config gpu_per_job=1 --resources gpu=N` caps GPU jobs at N: only training jobs request the GPU."""
+    out = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml"), "--config", "gpu_per_job=1",
+                    "--resources", "gpu=1").stdout
+    jobs = re.split(r"\n\[.*?\]\n", out)
+    train = [j for j in jobs if re.search(r"^(local)?rule (train|prefix):", j, re.M)]
+    other = [j for j in jobs if re.search(r"^(local)?rule (partition|table|figure|prepare_data):", j, re.M)]
+    assert train and all("gpu=1" in j for j in train)
+    assert other and not any("gpu=1" in j for j in other)
