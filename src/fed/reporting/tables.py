@@ -85,14 +85,19 @@ def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: floa
 
 
 def write_table(df: pd.DataFrame, out_prefix: str | Path, caption: str) -> None:
-    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption)."""
-    out = Path(out_prefix)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    df.to_csv(out.with_suffix(".csv"), index=False)
+    """A reproduction table: all columns in the CSV; the readable view (formatted delta) in md and html."""
     shown = df.drop(columns=["ours_mean", "ours_std"]).copy()
     shown["delta"] = shown["delta"].map(lambda d: f"{d:+.2f}" if math.isfinite(d) else "")
-    out.with_suffix(".md").write_text(f"{caption}\n\n{shown.to_markdown(index=False)}\n")
-    html = shown.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
+    write_frame(shown, out_prefix, caption, csv_frame=df)
+
+
+def write_frame(df: pd.DataFrame, out_prefix: str | Path, caption: str, csv_frame: pd.DataFrame | None = None) -> None:
+    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption, for the report)."""
+    out = Path(out_prefix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    (df if csv_frame is None else csv_frame).to_csv(out.with_suffix(".csv"), index=False)
+    out.with_suffix(".md").write_text(f"{caption}\n\n{df.to_markdown(index=False)}\n")
+    html = df.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
     out.with_suffix(".html").write_text(
         "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
         "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}caption{text-align:left;"
