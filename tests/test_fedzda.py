@@ -104,5 +104,10 @@ def test_warm_start_equals_training_the_prefix(data, tmp_path):
         other_seed.run()
 
 
-def test_build_model_registry_names():
-    assert isinstance(build_model("cnn_cifar", 3, 10, 32), torch.nn.Module)
+def test_resnet_small_image_stem_keeps_resolution_and_can_be_inverted():
+    model = build_model("resnet18", 1, 10, 28)
+    assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1)
+    assert isinstance(model.maxpool, torch.nn.Identity)  # CIFAR stem: no early downsampling
+    assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
+    x, y, info = zsdg(model, 10, (1, 28, 28), ZSDGConfig(per_class=1, iterations=3), torch.Generator().manual_seed(0))
+    assert x.shape == (10, 1, 28, 28) and info["loss_last"] < info["loss_first"]

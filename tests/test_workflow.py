@@ -34,8 +34,7 @@ def test_quick_config_dry_run(tmp_path):
 
 @pytest.mark.slow
 def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
-    tmp_path, proc = smoke_run
-    assert "train" in proc.stdout + proc.stderr
+    tmp_path, _ = smoke_run
     t1 = pd.read_csv(tmp_path / "reports/tables/fedzda/table1.csv")
     assert set(t1.metric) == {"local_acc_mean", "client_acc_variance"}
     assert len(t1) == 2 * 5 * 2 and (t1.status == "ok").all() and (t1.seeds == 2).all()

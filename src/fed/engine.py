@@ -80,6 +80,7 @@ class Engine:
         self.round = 0
         self.round_metrics: dict[str, float] = {}
         self.diverged_round: int | None = None
+        self._prefix_fp: str | None = None
 
     # ------------------------------------------------------------------ randomness
     def seed_int(self, purpose: str, *keys: int) -> int:
@@ -176,9 +177,12 @@ class Engine:
     TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "device")
 
     def prefix_fingerprint(self) -> str:
-        """Identity of the training trajectory shared by every method that is FedAvg up to some round."""
-        cfg = {k: v for k, v in self.cfg.to_dict().items() if k not in self.TRAJECTORY_NEUTRAL}
-        return _digest([cfg, self.seed, [t.tolist() for t in self.train_idx.values()]])
+        """Identity of the training trajectory shared by every method that is FedAvg up to some round.
+        Computed once, on first use — after ``setup``, which may add clients (centralized)."""
+        if self._prefix_fp is None:
+            cfg = {k: v for k, v in self.cfg.to_dict().items() if k not in self.TRAJECTORY_NEUTRAL}
+            self._prefix_fp = _digest([cfg, self.seed, [t.tolist() for t in self.train_idx.values()]])
+        return self._prefix_fp
 
     def fingerprint(self) -> str:
         """Identity of the run's inputs; a checkpoint of other inputs is not resumed."""

@@ -4,6 +4,7 @@ import sys
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
 import json
+from pathlib import Path
 
 from fed.data.datasets import load_labels
 from fed.data.partition import make_partition
@@ -11,7 +12,7 @@ from fed.data.partition import make_partition
 spec = dict(snakemake.params.spec)
 preset = snakemake.params.preset
 part = make_partition(
-    load_labels(snakemake.wildcards.dataset, snakemake.input[0].rsplit("/", 2)[0]),
+    load_labels(snakemake.wildcards.dataset, Path(snakemake.input[0]).parents[1]),  # <root>/<dataset>/tensors.pt
     spec.pop("scheme"),
     num_clients=preset["num_clients"],
     avg_client_size=preset.get("avg_client_size"),
