@@ -41,7 +41,7 @@ def test_fedprox_loss_is_ce_plus_proximal_term():
     with torch.no_grad():
         model.weight.add_(0.5)  # ||w - w_t||^2 = 6 * 0.25 = 1.5
     x, y = torch.randn(4, 3), torch.tensor([0, 1, 0, 1])
-    local = LocalContext(0, {}, anchor)
+    local = LocalContext(0, anchor)
     ce = torch.nn.functional.cross_entropy(model(x), y).item()
     loss = build_algorithm("fedprox", mu=0.2).local_loss(model, x, y, local, None).item()
     assert loss == pytest.approx(ce + 0.5 * 0.2 * 1.5, rel=1e-6)

@@ -7,7 +7,8 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
 from conftest import REPO, snakemake, write_yaml
-from fed.config import FLConfig, check_config, resolve_preset
+from fed.config import FLConfig, resolve_preset
+from fed.validate import check_config
 
 SCHEMA = str(REPO / "workflow/schemas/config.schema.yaml")
 BASE = yaml.safe_load((REPO / "config.yaml").read_text())

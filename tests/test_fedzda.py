@@ -100,14 +100,14 @@ def test_warm_start_equals_training_the_prefix(data, tmp_path):
         too_late.run()
     other_seed = engine(data, "fedzdac", params, seed=1, rounds=4)
     other_seed.warm_start = tmp_path / "prefix" / "checkpoint.pt"
-    with pytest.raises(ValueError, match="other settings, seed or partition"):
+    with pytest.raises(ValueError, match="other settings, seed, partition, data or code"):
         other_seed.run()
 
 
 def test_resnet_small_image_stem_keeps_resolution_and_can_be_inverted():
     model = build_model("resnet18", 1, 10, 28)
-    assert model.conv1.kernel_size == (3, 3) and model.conv1.stride == (1, 1)
-    assert isinstance(model.maxpool, torch.nn.Identity)  # CIFAR stem: no early downsampling
+    assert model.net.conv1.kernel_size == (3, 3) and model.net.conv1.stride == (1, 1)
+    assert isinstance(model.net.maxpool, torch.nn.Identity)  # CIFAR stem: no early downsampling
     assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
     x, y, info = zsdg(model, 10, (1, 28, 28), ZSDGConfig(per_class=1, iterations=3), torch.Generator().manual_seed(0))
     assert x.shape == (10, 1, 28, 28) and info["loss_last"] < info["loss_first"]

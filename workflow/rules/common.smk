@@ -12,7 +12,8 @@ sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS
-from fed.config import check_config, resolve_preset
+from fed.config import resolve_preset
+from fed.validate import check_config
 from fed.tracking import default_uri
 
 validate(config, "../schemas/config.schema.yaml")

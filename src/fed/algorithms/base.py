@@ -1,17 +1,16 @@
 """The algorithm interface: the engine owns the round loop; a method overrides only the hooks it needs.
 
-Hooks, in the order the engine calls them (see docs/architecture.md for how every planned method plugs in):
+Hooks, in the order the engine calls them (``ctx`` is a :class:`fed.context.Context`, never the engine):
 
-- ``setup(ctx)``                       once before the first round (pre-training stages, one-off sharing)
-- ``select_clients(ctx)``               which clients train this round (default: a fraction, uniformly)
-- ``client_update(ctx, client)``        one client's local training (default: ``train_locally`` on its data)
-- ``local_loss(model, x, y, local, ctx)``  the per-batch objective (default: cross-entropy)
-- ``aggregate(ctx, results)``           new global state (default: mean of parameters and BN buffers)
-- ``server_update(ctx, model, results)`` after aggregation (server-side training, calibration, buffers)
+- ``setup(ctx)``                          once before the first round (load stage outputs, one-off sharing)
+- ``select_clients(ctx)``                 which clients train this round (default: a fraction, uniformly)
+- ``client_update(ctx, client)``          one client's local training (default: ``train_locally`` on its data)
+- ``local_loss(model, x, y, local, ctx)`` the per-batch objective (default: cross-entropy)
+- ``aggregate(ctx, results)``             the new global state (default: mean of parameters and BN buffers)
+- ``server_update(ctx, model, results)``  after aggregation (server-side training, calibration, buffers)
 
-``ctx`` is the :class:`fed.engine.Engine`: it gives the config (``ctx.cfg``), the round (``ctx.round``), the
-working model (``ctx.model``), the global state (``ctx.global_state``), client data, named RNG streams
-(``ctx.rng``), and ``ctx.client_store`` — per-client persistent state that is checkpointed with the run.
+Class attributes declare what a method needs from outside the run: ``stages`` (preparatory DAG nodes, see
+``fed.stages``), ``extra_modules`` (trainable parts added to the model, e.g. MOON's projection head).
 """
 
 from __future__ import annotations
@@ -23,19 +22,20 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-if TYPE_CHECKING:
-    from fed.engine import Engine
+from fed.training import State, average_states, state_copy
 
-State = dict[str, torch.Tensor]
+if TYPE_CHECKING:
+    from fed.context import Context
 
 
 @dataclass
 class LocalContext:
-    """What one client's local training knows: its id, its persistent store, the round's global parameters."""
+    """What one client's local objective knows: its id, the round's global parameters (in ``model.parameters()``
+    order), and whatever its method prepared for it (``extra``: control variates, a teacher, class counts)."""
 
     client: int
-    store: dict[str, Any]
     global_params: list[torch.Tensor]
+    extra: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -44,6 +44,7 @@ class ClientResult:
     state: State
     num_samples: int
     train_loss: float
+    steps: int = 0  # local SGD steps (FedNova, SCAFFOLD)
     extra: dict[str, Any] = field(default_factory=dict)
 
 
@@ -55,35 +56,38 @@ class Algorithm:
     # from a FedAvg checkpoint taken before it (start-round ablations).
     fedavg_until: float = 1
 
-    def setup(self, ctx: Engine) -> None:
-        """Once before round 1."""
+    def extra_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+        """Trainable modules this method adds to every model (``model.extras``); aggregated like the rest."""
+        return {}
 
-    def select_clients(self, ctx: Engine) -> list[int]:
+    def setup(self, ctx: Context) -> None:
+        """Once before round 1 (and again on resume: keep it deterministic)."""
+
+    def select_clients(self, ctx: Context) -> list[int]:
         return ctx.sample_clients()
 
-    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, local: LocalContext, ctx: Engine):
+    def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, local: LocalContext, ctx: Context):
         return F.cross_entropy(model(x), y)
 
-    def client_update(self, ctx: Engine, client: int) -> ClientResult:
+    def client_update(self, ctx: Context, client: int) -> ClientResult:
         """Load the global state, then train on the client's local data."""
         ctx.model.load_state_dict(ctx.global_state)
-        x, y = ctx.client_train_data(client)
+        x, y = ctx.client_data(client)
         return self.train_locally(ctx, client, x, y)
 
-    def train_locally(self, ctx: Engine, client: int, x: torch.Tensor, y: torch.Tensor) -> ClientResult:
+    def train_locally(self, ctx: Context, client: int, x: torch.Tensor, y: torch.Tensor,
+                      extra: dict[str, Any] | None = None) -> ClientResult:
         """``local_epochs`` of mini-batch SGD over ``local_loss`` on (x, y), from the state ``ctx.model`` holds."""
         model = ctx.model
-        local = LocalContext(client, ctx.client_store.setdefault(client, {}),
-                             [p.detach().clone() for p in model.parameters()])
-        loss = ctx.local_sgd(model, x, y, lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
-                             ctx.rng("shuffle", ctx.round, client))
-        return ClientResult(client, ctx.state_copy(model), len(y), loss)
+        local = LocalContext(client, [p.detach().clone() for p in model.parameters()], extra or {})
+        stats = ctx.train(model, x, y, lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
+                          ctx.rng("shuffle", ctx.round, client))
+        return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
 
-    def aggregate(self, ctx: Engine, results: list[ClientResult]) -> State:
-        weights = [r.num_samples if ctx.cfg.aggregation == "weighted" else 1.0 for r in results]
-        return average_states([r.state for r in results], weights)
+    def aggregate(self, ctx: Context, results: list[ClientResult]) -> State:
+        return average_states([r.state for r in results], sample_weights(ctx, results))
 
-    def server_update(self, ctx: Engine, model: nn.Module, results: list[ClientResult]) -> None:
+    def server_update(self, ctx: Context, model: nn.Module, results: list[ClientResult]) -> None:
         """After aggregation; ``model`` holds the new global state, and changes to it are kept."""
 
     # Method state that must survive a checkpoint (e.g. SCAFFOLD's server control variate).
@@ -94,12 +98,9 @@ class Algorithm:
         pass
 
 
-def average_states(states: list[State], weights: list[float]) -> State:
-    """Weighted mean of state dicts: parameters and BN running statistics; integer buffers (BN's
-    ``num_batches_tracked``) are averaged and rounded."""
-    total = float(sum(weights))
-    out: State = {}
-    for key, ref in states[0].items():
-        acc = sum(s[key].double() * (w / total) for s, w in zip(states, weights))
-        out[key] = acc.round().to(ref.dtype) if not ref.is_floating_point() else acc.to(ref.dtype)
-    return out
+def sample_weights(ctx: Context, results: list[ClientResult]) -> list[float]:
+    """Aggregation weights: local sample counts (``aggregation: weighted``) or equal (``mean``)."""
+    return [r.num_samples if ctx.cfg.aggregation == "weighted" else 1.0 for r in results]
+
+
+__all__ = ["Algorithm", "ClientResult", "LocalContext", "State", "average_states", "sample_weights"]

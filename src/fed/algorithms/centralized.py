@@ -9,8 +9,9 @@ POOLED = -1
 class Centralized(Algorithm):
     name = "centralized"
 
-    def setup(self, ctx):
-        ctx.add_pooled_client(POOLED)
-
     def select_clients(self, ctx):
         return [POOLED]
+
+    def client_update(self, ctx, client):
+        ctx.model.load_state_dict(ctx.global_state)
+        return self.train_locally(ctx, client, *ctx.pooled_data())

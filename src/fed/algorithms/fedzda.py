@@ -42,7 +42,7 @@ class _ZeroShotAugmentation(Algorithm):
         """ZSDG from ``model`` with the stream (seed, "zsdg", round, key); cost and quality go to the round's
         metrics (summed seconds, mean source-model accuracy on the generated samples)."""
         t0 = time.perf_counter()
-        x, y, info = zsdg(model, ctx.num_classes, tuple(ctx.train.x.shape[1:]), self.zsdg,
+        x, y, info = zsdg(model, ctx.num_classes, ctx.input_shape, self.zsdg,
                           ctx.rng("zsdg", ctx.round, key), ctx.device, ctx.memory_format)
         m = ctx.round_metrics
         n = m.get("zsdg_calls", 0)
@@ -61,7 +61,7 @@ class FedZDAC(_ZeroShotAugmentation):
             return super().client_update(ctx, client)
         ctx.model.load_state_dict(ctx.global_state)
         x_fake, y_fake = self.generate(ctx, ctx.model, client)
-        x, y = ctx.client_train_data(client)
+        x, y = ctx.client_data(client)
         return self.train_locally(ctx, client, torch.cat([x, x_fake]), torch.cat([y, y_fake]))
 
 
@@ -82,6 +82,6 @@ class FedZDAS(_ZeroShotAugmentation):
             source.load_state_dict(r.state)
             fakes.append(self.generate(ctx, source, r.client))
         x, y = (torch.cat(parts) for parts in zip(*fakes))
-        ctx.round_metrics["server_loss"] = ctx.local_sgd(
+        ctx.round_metrics["server_loss"] = ctx.train(
             model, x, y, lambda xb, yb: F.cross_entropy(model(xb), yb), ctx.rng("server", ctx.round),
-            epochs=self.server_epochs, lr=self.server_lr)
+            epochs=self.server_epochs, lr=self.server_lr).loss

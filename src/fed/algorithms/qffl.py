@@ -26,8 +26,8 @@ class QFFL(Algorithm):
         self.q = q
 
     def client_update(self, ctx, client) -> ClientResult:
-        x, y = ctx.client_train_data(client)
-        loss_at_global = ctx.loss_of_state(ctx.global_state, x, y)
+        x, y = ctx.client_data(client)
+        loss_at_global = ctx.loss_of(ctx.global_state, x, y)
         result = super().client_update(ctx, client)
         result.extra["F"] = loss_at_global
         return result

@@ -1,25 +1,30 @@
-"""Model registry: ``build_model(name, in_channels, num_classes, image_size)``."""
+"""Model registry: ``build_model(name, in_channels, num_classes, image_size)``; every model is a
+:class:`~fed.models.base.SplitModel` (``features`` / ``head``, cut at ``cut_layer``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-
-from torch import nn
-
 from functools import partial
 
+from fed.models.base import SplitModel
 from fed.models.cnn import FedZDACifarCNN, FedZDAMnistCNN
+from fed.models.mobilenet import MobileNetV2
 from fed.models.resnet import resnet
 
-MODELS: dict[str, Callable[..., nn.Module]] = {
+MODELS: dict[str, Callable[..., SplitModel]] = {
     "cnn_mnist": FedZDAMnistCNN,
     "cnn_cifar": FedZDACifarCNN,
     "resnet18": partial(resnet, 18),
     "resnet34": partial(resnet, 34),
+    "mobilenetv2": MobileNetV2,  # cut at the pooled 1280-d penultimate layer
+    "mobilenetv2_flea": partial(MobileNetV2, cut=1),  # FLea: activations of the first inverted-residual block
 }
 
 
-def build_model(name: str, in_channels: int, num_classes: int, image_size: int) -> nn.Module:
+def build_model(name: str, in_channels: int, num_classes: int, image_size: int) -> SplitModel:
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid choices: {sorted(MODELS)}")
     return MODELS[name](in_channels=in_channels, num_classes=num_classes, image_size=image_size)
+
+
+__all__ = ["MODELS", "SplitModel", "build_model"]

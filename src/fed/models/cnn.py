@@ -1,35 +1,31 @@
-"""The CNNs of Fed-ZDA (Hao et al., 2021, Sec. 4.1). Both contain BatchNorm, which ZSDG inverts."""
+"""The CNNs of Fed-ZDA (Hao et al., 2021, Sec. 4.1). Both contain BatchNorm, which ZSDG inverts. The cut is after
+the convolutional blocks (flattened), before the fully connected layers."""
 
 from __future__ import annotations
 
 from torch import nn
+
+from fed.models.base import SequentialSplit
 
 
 def _conv_block(cin: int, cout: int, k: int) -> nn.Sequential:
     return nn.Sequential(nn.Conv2d(cin, cout, k, padding=k // 2), nn.BatchNorm2d(cout), nn.ReLU(), nn.MaxPool2d(2))
 
 
-class FedZDAMnistCNN(nn.Module):
+class FedZDAMnistCNN(SequentialSplit):
     """MNIST/FMNIST: conv5x5-16 and conv5x5-32, each BN + ReLU + 2x2 max-pool, then one FC layer."""
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, image_size: int = 28):
-        super().__init__()
-        self.features = nn.Sequential(_conv_block(in_channels, 16, 5), _conv_block(16, 32, 5), nn.Flatten())
-        self.classifier = nn.Linear(32 * (image_size // 4) ** 2, num_classes)
-
-    def forward(self, x):
-        return self.classifier(self.features(x))
+        super().__init__(nn.Sequential(_conv_block(in_channels, 16, 5), _conv_block(16, 32, 5), nn.Flatten()),
+                         nn.Linear(32 * (image_size // 4) ** 2, num_classes), cut_layer="body.2")
 
 
-class FedZDACifarCNN(nn.Module):
+class FedZDACifarCNN(SequentialSplit):
     """CIFAR-10: two conv3x3-16, each BN + ReLU + 2x2 max-pool, then FC 80, FC 60 and the output layer."""
 
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32):
-        super().__init__()
-        self.features = nn.Sequential(_conv_block(in_channels, 16, 3), _conv_block(16, 16, 3), nn.Flatten())
-        self.classifier = nn.Sequential(
-            nn.Linear(16 * (image_size // 4) ** 2, 80), nn.ReLU(), nn.Linear(80, 60), nn.ReLU(), nn.Linear(60, num_classes)
-        )
-
-    def forward(self, x):
-        return self.classifier(self.features(x))
+        super().__init__(
+            nn.Sequential(_conv_block(in_channels, 16, 3), _conv_block(16, 16, 3), nn.Flatten()),
+            nn.Sequential(nn.Linear(16 * (image_size // 4) ** 2, 80), nn.ReLU(), nn.Linear(80, 60), nn.ReLU(),
+                          nn.Linear(60, num_classes)),
+            cut_layer="body.2")

@@ -1,0 +1,86 @@
+"""Local training primitives shared by every method: mini-batch SGD over a loss, prediction, loss of a state.
+
+Pure functions of (model, data, settings, generator): no engine, no global state beyond torch's own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+State = dict[str, torch.Tensor]
+
+
+@dataclass(frozen=True)
+class SGDSettings:
+    lr: float
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    batch_size: int = 10
+    epochs: int = 1
+    memory_format: torch.memory_format = torch.contiguous_format
+
+
+@dataclass(frozen=True)
+class LocalStats:
+    """What a pass of local training reports: mean loss over all samples seen, and the number of SGD steps
+    (FedNova normalises by it, SCAFFOLD divides by it)."""
+
+    loss: float
+    steps: int
+
+
+def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
+              loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], generator: torch.Generator,
+              s: SGDSettings) -> LocalStats:
+    """``s.epochs`` epochs of mini-batch SGD on (x, y), batches drawn by ``generator``; model left in train mode."""
+    opt = torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+    model.train()
+    total = torch.zeros((), device=y.device)
+    seen = steps = 0
+    for _ in range(s.epochs):
+        for idx in torch.randperm(len(y), generator=generator).to(y.device).split(s.batch_size):
+            loss = loss_fn(x[idx].contiguous(memory_format=s.memory_format), y[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.detach() * len(idx)
+            seen += len(idx)
+            steps += 1
+    return LocalStats(float(total) / max(seen, 1), steps)
+
+
+@torch.inference_mode()
+def predict(model: nn.Module, x: torch.Tensor, batch: int = 1000,
+            memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+    model.eval()
+    return torch.cat([model(xb.contiguous(memory_format=memory_format)).argmax(1) for xb in x.split(batch)])
+
+
+@torch.inference_mode()
+def mean_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000,
+              memory_format: torch.memory_format = torch.contiguous_format) -> float:
+    """Mean cross-entropy of ``model`` on (x, y), BN in eval mode (e.g. q-FFL's F_k at the global model)."""
+    model.eval()
+    total = sum(F.cross_entropy(model(xb.contiguous(memory_format=memory_format)), yb, reduction="sum").item()
+                for xb, yb in zip(x.split(batch), y.split(batch)))
+    return total / max(len(y), 1)
+
+
+def state_copy(model: nn.Module) -> State:
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def average_states(states: list[State], weights: list[float]) -> State:
+    """Weighted mean of state dicts: parameters and BN running statistics; integer buffers (BN's
+    ``num_batches_tracked``) are averaged and rounded."""
+    total = float(sum(weights))
+    out: State = {}
+    for key, ref in states[0].items():
+        acc = sum(s[key].double() * (w / total) for s, w in zip(states, weights))
+        out[key] = acc.round().to(ref.dtype) if not ref.is_floating_point() else acc.to(ref.dtype)
+    return out

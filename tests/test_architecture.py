@@ -1,0 +1,78 @@
+"""The package's shape: Fed-ZDA numbers unchanged by the issue-7 refactor, no import cycles, algorithms never see
+the engine."""
+import ast
+import json
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO
+
+PKG = REPO / "src" / "fed"
+
+
+def test_fedzda_smoke_cells_identical_to_before_the_refactor(tmp_path, monkeypatch):
+    """tests/data/golden_fedzda_smoke.json was written by tests/data/make_golden.py on the pre-refactor engine."""
+    golden = json.loads((REPO / "tests/data/golden_fedzda_smoke.json").read_text())
+    monkeypatch.setattr(sys, "argv", ["make_golden.py", str(tmp_path / "now.json")])
+    runpy.run_path(str(REPO / "tests/data/make_golden.py"), run_name="__main__")
+    now = json.loads((tmp_path / "now.json").read_text())
+    assert set(now) == set(golden) == {"fedavg", "fedprox", "qffl", "centralized", "fedzdac", "fedzdas"}
+    for method, record in golden.items():
+        for old, new in zip(record["history"], now[method]["history"], strict=True):
+            for key, value in old.items():
+                assert new[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (method, old["round"], key)
+
+
+def runtime_imports(path: Path) -> set[str]:
+    """fed.* modules a file imports at run time (imports under ``if TYPE_CHECKING:`` do not count)."""
+    tree = ast.parse(path.read_text())
+    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+            for n in ast.walk(node)}
+    out = set()
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fed"):
+            out.add(node.module)
+            out |= {f"{node.module}.{a.name}" for a in node.names}
+        elif isinstance(node, ast.Import):
+            out |= {a.name for a in node.names if a.name.startswith("fed")}
+    return out
+
+
+def module_graph() -> dict[str, set[str]]:
+    names = {}
+    for path in PKG.rglob("*.py"):
+        rel = path.relative_to(PKG.parent).with_suffix("")
+        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
+        names[".".join(parts)] = path
+    return {m: {i for i in runtime_imports(p) if i in names and i != m} for m, p in names.items()}
+
+
+def test_no_import_cycle_in_fed():
+    graph = module_graph()
+    state: dict[str, int] = {}
+
+    def visit(m, stack):
+        state[m] = 1
+        for n in graph[m]:
+            if state.get(n) == 1:
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+            if n not in state:
+                visit(n, stack + [n])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [m])
+
+
+def test_algorithms_see_a_context_never_the_engine():
+    graph = module_graph()
+    for m, deps in graph.items():
+        if m.startswith("fed.algorithms"):
+            assert not deps & {"fed.engine", "fed.runner", "fed.rounds"}, (m, deps)
+    assert "fed.algorithms" not in graph["fed.config"]
