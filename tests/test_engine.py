@@ -135,3 +135,38 @@ def test_kill_and_resume_equals_uninterrupted(setup, synthetic_root, tmp_path):
     a = json.loads((tmp_path / "straight" / "metrics.json").read_text())
     b = json.loads((killed / "metrics.json").read_text())
     assert strip(a["history"]) == strip(b["history"]) and len(a["history"]) == 8
+
+
+@pytest.mark.parametrize("algo", ["scaffold", "moon"])
+def test_client_state_on_disk_survives_a_torn_checkpoint(setup, tmp_path, algo):
+    """Per-client state (SCAFFOLD's c_i, MOON's previous model) lives on disk per client and round. A truncated
+    checkpoint falls back to the previous one; the rerun reads the client state as of that round and ends with
+    the numbers of an uninterrupted run."""
+    straight = run(setup, algo, rounds=4, checkpoint_every=1, fraction=0.5)
+    work = tmp_path / "work"
+    run(setup, algo, work_dir=work, rounds=4, checkpoint_every=1, fraction=0.5)
+    clients = sorted(p.name for p in (work / "clients").iterdir())
+    assert clients and all(len(list((work / "clients" / c).glob("r*.pt"))) <= 2 for c in clients)
+    ckpt = work / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])  # torn: unreadable
+    again = run(setup, algo, work_dir=work, rounds=4, checkpoint_every=1, fraction=0.5)
+    assert strip(again["history"]) == strip(straight["history"])
+
+
+def test_code_change_is_never_resumed(setup, tmp_path, monkeypatch):
+    """A checkpoint written by other code of the fed package is not resumed (issue 8: stale results)."""
+    from fed import checkpoint
+
+    run(setup, work_dir=tmp_path, checkpoint_every=1)
+    monkeypatch.setattr(checkpoint, "code_hash", lambda: "edited-code")
+    train, test, part, _ = setup
+    engine = Engine(FLConfig(**SMALL), build_algorithm("fedavg"), train, test, part, 0, work_dir=tmp_path,
+                    progress=None)
+    assert not engine.try_resume()
+
+
+def test_wall_time_accumulates_across_resumes(setup, tmp_path):
+    first = run(setup, work_dir=tmp_path, checkpoint_every=1)
+    resumed = run(setup, work_dir=tmp_path, checkpoint_every=1)  # resumes at the final round: nothing to do
+    assert resumed["segment_seconds"] < first["wall_seconds"]
+    assert resumed["wall_seconds"] >= first["wall_seconds"]

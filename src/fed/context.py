@@ -13,7 +13,8 @@ The engine owns the round loop; a method never sees it. Through :class:`Context`
 - per-client persistent state: ``load_client_state(k)`` / ``save_client_state(k, state)`` (on disk, part of resume);
 - ``stages``: the files the run's preparatory stages produced (a GAN, a VAE, a prefix), by name;
 - ``round_metrics``: what a method reports about the round (costs, how much was shared) — merged into the
-  round's history row and MLflow.
+  round's history row and MLflow;
+- ``ledger``: what left the clients over the whole run (``share(kind, amount)``), the privacy ledger.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ class Context:
     def __init__(self, cfg: FLConfig, train: TensorDataset, test: TensorDataset, partition: dict, seed: int,
                  device: torch.device, client_store: ClientStore | None = None,
                  stages: dict[str, Path] | None = None,
-                 extra_modules: Callable[[nn.Module], dict[str, nn.Module]] | None = None):
+                 extra_modules: Callable[[nn.Module, tuple], dict[str, nn.Module]] | None = None):
         self.cfg, self.seed, self.device = cfg, seed, device
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
         self.train_set = TensorDataset(train.x.to(device, memory_format=self.memory_format), train.y.to(device),
@@ -55,6 +56,7 @@ class Context:
         self._extra_modules = extra_modules
         self.round = 0
         self.round_metrics: dict[str, Any] = {}
+        self.ledger: dict[str, float] = {}
         torch.manual_seed(self.seed_int("init"))
         self.model = self.new_model()
         self.global_state: State = state_copy(self.model)
@@ -73,13 +75,16 @@ class Context:
         return np.random.default_rng(self.seed_int(purpose, *keys))
 
     # ---------------------------------------------------------------- data
-    def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = self.train_idx[client].to(self.device)
+    def samples(self, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training samples by dataset index (what ``train_idx`` holds per client)."""
+        idx = idx.to(self.device)
         return self.train_set.x[idx], self.train_set.y[idx]
 
+    def client_data(self, client: int) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.samples(self.train_idx[client])
+
     def pooled_data(self) -> tuple[torch.Tensor, torch.Tensor]:
-        idx = torch.cat(self.train_idx).to(self.device)
-        return self.train_set.x[idx], self.train_set.y[idx]
+        return self.samples(torch.cat(self.train_idx))
 
     def client_sizes(self) -> list[int]:
         return [len(i) for i in self.train_idx]
@@ -89,8 +94,9 @@ class Context:
         """A fresh model of the run's architecture, on the run's device (initialised from torch's global RNG)."""
         c, h = self.input_shape[0], self.input_shape[1]
         model = build_model(self.cfg.model, c, self.num_classes, h)
-        extras = self._extra_modules(model) if self._extra_modules else {}
+        extras = self._extra_modules(model, self.input_shape) if self._extra_modules else {}
         if extras:  # trained and aggregated with the model (e.g. MOON's projection head)
+            assert not hasattr(model, "extras"), "a model may not define its own 'extras'"
             model.extras = nn.ModuleDict(extras)
         return model.to(self.device, memory_format=self.memory_format)
 
@@ -125,6 +131,10 @@ class Context:
 
     def save_client_state(self, client: int, state: dict[str, Any]) -> None:
         self.clients.save(client, self.round, state)
+
+    def share(self, kind: str, amount: float) -> None:
+        """Record in the privacy ledger that ``amount`` of ``kind`` (e.g. "raw_samples") left the clients."""
+        self.ledger[kind] = self.ledger.get(kind, 0) + amount
 
     def sample_clients(self) -> list[int]:
         m = max(1, int(round(self.cfg.fraction * self.num_clients)))

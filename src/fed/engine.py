@@ -19,7 +19,7 @@ import torch
 from tqdm import tqdm
 
 from fed import checkpoint
-from fed.algorithms.base import Algorithm
+from fed.algorithms.base import Algorithm, hyperparameters
 from fed.client_store import ClientStore
 from fed.config import FLConfig
 from fed.context import Context
@@ -82,7 +82,7 @@ class Engine:
     def fingerprint(self) -> str:
         """Identity of the run; a checkpoint of another identity is never resumed."""
         return checkpoint.digest([self.prefix_fingerprint(), self.cfg.rounds, type(self.algorithm).__name__,
-                                  vars(self.algorithm), sorted((k, str(v)) for k, v in self.ctx.stages.items())])
+                                  hyperparameters(self.algorithm), sorted((k, str(v)) for k, v in self.ctx.stages.items())])
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -95,7 +95,8 @@ class Engine:
         checkpoint.save(self.checkpoint_path, {
             "fingerprint": self.fingerprint(), "prefix_fingerprint": self.prefix_fingerprint(),
             "round": self.ctx.round, "global_state": self.ctx.global_state, "algorithm": self.algorithm.state_dict(),
-            "history": self.history, "diverged_round": self.diverged_round, "wall_seconds": wall})
+            "history": self.history, "diverged_round": self.diverged_round, "wall_seconds": wall,
+            "ledger": self.ctx.ledger})
         # the previous checkpoint stays readable as a fallback, so keep the client state it needs
         self.ctx.clients.commit(keep_from=self._previous_round)
         self._previous_round = self.ctx.round
@@ -133,6 +134,7 @@ class Engine:
     def _load(self, ckpt: dict) -> None:
         self.ctx.round, self.ctx.global_state = ckpt["round"], ckpt["global_state"]
         self.history, self.diverged_round = ckpt["history"], ckpt.get("diverged_round")
+        self.ctx.ledger = ckpt.get("ledger", self.ctx.ledger)
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
@@ -177,7 +179,7 @@ class Engine:
         return {"diverged": self.diverged_round is not None, "diverged_round": self.diverged_round,
                 "rounds_completed": self.ctx.round, "last": last, "best": best, "history": self.history,
                 "wall_seconds": self.wall_before + segment_seconds, "segment_seconds": segment_seconds,
-                "device": str(self.ctx.device)}
+                "device": str(self.ctx.device), "shared": dict(self.ctx.ledger)}
 
     def _log(self, msg: str) -> None:
         if self.progress is not None:

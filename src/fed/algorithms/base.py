@@ -56,7 +56,7 @@ class Algorithm:
     # from a FedAvg checkpoint taken before it (start-round ablations).
     fedavg_until: float = 1
 
-    def extra_modules(self, model: nn.Module) -> dict[str, nn.Module]:
+    def extra_modules(self, model: nn.Module, input_shape: tuple[int, ...]) -> dict[str, nn.Module]:
         """Trainable modules this method adds to every model (``model.extras``); aggregated like the rest."""
         return {}
 
@@ -98,9 +98,15 @@ class Algorithm:
         pass
 
 
+def hyperparameters(algorithm: Algorithm) -> dict[str, Any]:
+    """The method's settings (public plain attributes), which belong to a run's identity; state does not."""
+    plain = (int, float, str, bool, list, tuple, dict, type(None))
+    return {k: v for k, v in vars(algorithm).items() if not k.startswith("_") and isinstance(v, plain)}
+
+
 def sample_weights(ctx: Context, results: list[ClientResult]) -> list[float]:
     """Aggregation weights: local sample counts (``aggregation: weighted``) or equal (``mean``)."""
     return [r.num_samples if ctx.cfg.aggregation == "weighted" else 1.0 for r in results]
 
 
-__all__ = ["Algorithm", "ClientResult", "LocalContext", "State", "average_states", "sample_weights"]
+__all__ = ["Algorithm", "ClientResult", "LocalContext", "State", "average_states", "hyperparameters", "sample_weights"]

@@ -19,6 +19,10 @@ class SplitModel(nn.Module):
     def head(self, h: torch.Tensor) -> torch.Tensor:
         raise NotImplementedError
 
+    def head_module(self) -> nn.Module:
+        """The module(s) ``head`` applies (CCVR re-trains them on virtual features)."""
+        raise NotImplementedError
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.head(self.features(x))
 
@@ -35,3 +39,6 @@ class SequentialSplit(SplitModel):
 
     def head(self, h):
         return self.classifier(h)
+
+    def head_module(self):
+        return self.classifier

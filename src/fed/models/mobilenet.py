@@ -45,3 +45,8 @@ class MobileNetV2(SplitModel):
         if self.cut < len(self.net.features) - 1:
             h = self._pooled(self.net.features[self.cut + 1 :](h))
         return self.net.classifier(h)
+
+    def head_module(self):
+        if self.cut < len(self.net.features) - 1:
+            return nn.ModuleList([self.net.features[self.cut + 1 :], self.net.classifier])
+        return self.net.classifier

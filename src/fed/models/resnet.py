@@ -34,6 +34,9 @@ class ResNet(SplitModel):
     def head(self, h):
         return self.net.fc(h)
 
+    def head_module(self):
+        return self.net.fc
+
 
 def resnet(depth: int, in_channels: int = 3, num_classes: int = 10, image_size: int = 32) -> ResNet:
     return ResNet(depth, in_channels, num_classes, image_size)

@@ -1,0 +1,111 @@
+"""FedGen (Zhu, Hong & Zhou, ICML 2021): data-free knowledge distillation with a feature-space generator.
+
+Server, after aggregation: train a light generator G(ε, y) → h (the model's cut features) so that the ensemble
+of the received client heads, each weighted per label by its share of that label, classifies h as y:
+    min_G  E_{y∼p̂, ε∼N(0,I)} CE( Σ_k w_{k,y} head_k(G(ε, y)), y ) + L_div,   w_{k,y} = n_{k,y} / Σ_j n_{j,y}
+Client: CE on its data + α · E_{y∼p̂} CE(head(G(ε, y)), y) — the generator's knowledge as a regulariser.
+p̂ is the label distribution the clients uploaded (counts only). The generator is method state (checkpointed).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fed.algorithms.base import Algorithm
+
+
+def label_weights(counts: torch.Tensor) -> torch.Tensor:
+    """w[k, y] = n_{k,y} / Σ_j n_{j,y} (0 for a label nobody holds); ``counts`` is (clients, classes)."""
+    total = counts.sum(0, keepdim=True)
+    return torch.where(total > 0, counts / total.clamp_min(1e-12), torch.zeros_like(counts))
+
+
+def diversity_loss(noise: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """FedGen's diversity regulariser: exp(−mean(d_noise · d_out)) over sample pairs."""
+    return torch.exp(-(torch.cdist(noise, noise) * torch.cdist(out.flatten(1), out.flatten(1))).mean())
+
+
+class Generator(nn.Module):
+    def __init__(self, noise_dim: int, num_classes: int, feature_shape: tuple[int, ...], hidden: int = 256):
+        super().__init__()
+        self.noise_dim, self.num_classes, self.feature_shape = noise_dim, num_classes, feature_shape
+        out = int(torch.tensor(feature_shape).prod())
+        self.net = nn.Sequential(nn.Linear(noise_dim + num_classes, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
+                                 nn.Linear(hidden, out))
+
+    def forward(self, y: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+        eps = torch.randn(len(y), self.noise_dim, generator=generator).to(y.device)
+        h = self.net(torch.cat([eps, F.one_hot(y, self.num_classes).float()], 1))
+        return eps, h.view(len(y), *self.feature_shape)
+
+
+class FedGen(Algorithm):
+    name = "fedgen"
+
+    def __init__(self, alpha: float = 1.0, noise_dim: int = 32, generator_steps: int = 50, generator_lr: float = 1e-3,
+                 batch: int = 32):
+        self.alpha, self.noise_dim, self.generator_steps = alpha, noise_dim, generator_steps
+        self.generator_lr, self.batch = generator_lr, batch
+        self.trained = False
+
+    def setup(self, ctx):
+        ctx.model.eval()
+        with torch.no_grad():
+            shape = tuple(ctx.model.features(torch.zeros(2, *ctx.input_shape, device=ctx.device)).shape[1:])
+        torch.manual_seed(ctx.seed_int("generator-init"))
+        self.generator = Generator(self.noise_dim, ctx.num_classes, shape).to(ctx.device)
+        self.counts = torch.stack([torch.bincount(ctx.client_data(k)[1], minlength=ctx.num_classes)
+                                   for k in range(ctx.num_clients)]).float()
+        ctx.share("label_counts", ctx.num_clients)
+
+    def sample_labels(self, n: int, generator: torch.Generator) -> torch.Tensor:
+        return torch.multinomial(self.counts.sum(0), n, replacement=True, generator=generator)
+
+    def client_update(self, ctx, client):
+        ctx.model.load_state_dict(ctx.global_state)
+        return self.train_locally(ctx, client, *ctx.client_data(client),
+                                  extra={"rng": ctx.rng("fedgen-client", ctx.round, client)})
+
+    def local_loss(self, model, x, y, local, ctx):
+        loss = F.cross_entropy(model(x), y)
+        if not self.trained:
+            return loss
+        y_gen = self.sample_labels(self.batch, local.extra["rng"]).to(x.device)
+        self.generator.eval()
+        with torch.no_grad():
+            _, h = self.generator(y_gen, local.extra["rng"])
+        return loss + self.alpha * F.cross_entropy(model.head(h), y_gen)
+
+    def server_update(self, ctx, model, results):
+        heads = []  # the received client models, frozen (their heads score the generated features)
+        for r in results:
+            head = ctx.new_model().eval().requires_grad_(False)
+            head.load_state_dict(r.state)
+            heads.append(head)
+        weights = label_weights(self.counts[[r.client for r in results]]).to(ctx.device)
+        opt = torch.optim.Adam(self.generator.parameters(), lr=self.generator_lr)
+        gen = ctx.rng("fedgen-server", ctx.round)
+        self.generator.train()
+        total = 0.0
+        for _ in range(self.generator_steps):
+            y = self.sample_labels(self.batch, gen).to(ctx.device)
+            eps, h = self.generator(y, gen)
+            logits = 0
+            for j, head in enumerate(heads):
+                logits = logits + weights[j, y][:, None] * head.head(h)
+            loss = F.cross_entropy(logits, y) + diversity_loss(eps, h)
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item()
+        self.trained = True
+        ctx.round_metrics["generator_loss"] = total / max(self.generator_steps, 1)
+
+    def state_dict(self):
+        return {"generator": self.generator.state_dict(), "trained": self.trained}
+
+    def load_state_dict(self, state):
+        self.generator.load_state_dict(state["generator"])
+        self.trained = state["trained"]

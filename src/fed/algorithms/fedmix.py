@@ -1,0 +1,71 @@
+"""FedMix and NaiveMix (Yoon et al., ICLR 2021): mixup with averaged data shared once before training.
+
+Every client shares the means of its data in random groups of M samples (x̄, ȳ: mean image, mean one-hot label).
+During local training each sample (x, y) is paired with a random mean (x̄, ȳ) of another client:
+
+    NaiveMix   ℓ( f((1−λ)x + λx̄), (1−λ)y + λȳ )
+    FedMix     (1−λ) ℓ(f((1−λ)x), y) + λ ℓ(f((1−λ)x), ȳ) + λ ⟨∂ℓ(f((1−λ)x), y)/∂x, x̄⟩
+               (the first-order Taylor approximation of the global mixup loss, Eq. 6)
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from fed.algorithms.base import Algorithm
+from fed.losses import soft_cross_entropy
+from fed.sharing import mean_batches
+
+
+def fedmix_loss(model, x, y, x_bar, y_bar, lam: float) -> torch.Tensor:
+    x_in = ((1 - lam) * x).detach().requires_grad_(True)
+    logits = model(x_in)
+    ce = F.cross_entropy(logits, y)
+    (grad,) = torch.autograd.grad(ce, x_in, create_graph=True)  # mean-reduced: per-sample gradients / B
+    taylor = (grad * x_bar).sum()  # = mean_i ⟨∂ℓ_i/∂x, x̄_i⟩
+    return (1 - lam) * ce + lam * soft_cross_entropy(logits, y_bar) + lam * taylor
+
+
+def naivemix_loss(model, x, y, x_bar, y_bar, lam: float, num_classes: int) -> torch.Tensor:
+    target = (1 - lam) * F.one_hot(y, num_classes).float() + lam * y_bar
+    return soft_cross_entropy(model((1 - lam) * x + lam * x_bar), target)
+
+
+class MeanSharing(Algorithm):
+    """Shares every client's mean batches in ``setup``; ``local.extra['pool']`` holds the others' means."""
+
+    def __init__(self, lam: float = 0.05, mean_batch: int = 10):
+        self.lam, self.mean_batch = lam, mean_batch
+
+    def setup(self, ctx):
+        means = [mean_batches(*ctx.client_data(k), ctx.num_classes, self.mean_batch, ctx.rng("share", k))
+                 for k in range(ctx.num_clients)]
+        self.owner = torch.cat([torch.full((len(m[1]),), k) for k, m in enumerate(means)])
+        self.x_bar, self.y_bar = (torch.cat(parts) for parts in zip(*means))
+        ctx.share("mean_batches", len(self.owner))
+
+    def client_update(self, ctx, client):
+        ctx.model.load_state_dict(ctx.global_state)
+        pool = torch.nonzero(self.owner != client).flatten()
+        return self.train_locally(ctx, client, *ctx.client_data(client),
+                                  extra={"pool": pool, "rng": ctx.rng("mix", ctx.round, client)})
+
+    def draw(self, local, n):
+        """Random means (x̄, ȳ) from the pool, one per sample."""
+        pick = local.extra["pool"][torch.randint(len(local.extra["pool"]), (n,), generator=local.extra["rng"])]
+        return self.x_bar[pick.to(self.x_bar.device)], self.y_bar[pick.to(self.y_bar.device)]
+
+
+class FedMix(MeanSharing):
+    name = "fedmix"
+
+    def local_loss(self, model, x, y, local, ctx):
+        return fedmix_loss(model, x, y, *self.draw(local, len(y)), self.lam)
+
+
+class NaiveMix(MeanSharing):
+    name = "naivemix"
+
+    def local_loss(self, model, x, y, local, ctx):
+        return naivemix_loss(model, x, y, *self.draw(local, len(y)), self.lam, ctx.num_classes)

@@ -1,0 +1,67 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020), Algorithm 1 with option II for the client control variate.
+
+    local step      y ← y − η_l (g_i(y) − c_i + c)
+    after K steps   c_i⁺ = c_i − c + (x − y) / (K η_l)                       (option II)
+    server          x ← x + η_g · mean_i (y_i − x),   c ← c + |S|/N · mean_i (c_i⁺ − c_i)
+
+The correction −c_i + c enters as the linear term ⟨w, c − c_i⟩ of the local loss, whose gradient it is. c_i lives
+in the client store (on disk), c in the method state (checkpointed).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from fed.algorithms.base import Algorithm, ClientResult
+
+
+def control_variate_update(c_i: list[torch.Tensor], c: list[torch.Tensor], x: list[torch.Tensor],
+                           y: list[torch.Tensor], steps: int, lr: float) -> list[torch.Tensor]:
+    """Option II: c_i⁺ = c_i − c + (x − y) / (K η_l)."""
+    return [ci - cg + (xg - yl) / (steps * lr) for ci, cg, xg, yl in zip(c_i, c, x, y)]
+
+
+class Scaffold(Algorithm):
+    name = "scaffold"
+
+    def __init__(self, global_lr: float = 1.0):
+        self.global_lr = global_lr
+        self.c: list[torch.Tensor] | None = None
+
+    def setup(self, ctx):
+        self.c = [torch.zeros_like(p) for p in ctx.model.parameters()]
+
+    def local_loss(self, model, x, y, local, ctx):
+        correction = sum((w * d).sum() for w, d in zip(model.parameters(), local.extra["correction"]))
+        return super().local_loss(model, x, y, local, ctx) + correction
+
+    def client_update(self, ctx, client) -> ClientResult:
+        ctx.model.load_state_dict(ctx.global_state)
+        x_global = [p.detach().clone() for p in ctx.model.parameters()]
+        c_i = ctx.load_client_state(client).get("c_i") or [torch.zeros_like(c) for c in self.c]
+        result = self.train_locally(ctx, client, *ctx.client_data(client),
+                                    extra={"correction": [cg - ci for cg, ci in zip(self.c, c_i)]})
+        c_new = control_variate_update(c_i, self.c, x_global, [p.detach() for p in ctx.model.parameters()],
+                                       result.steps, ctx.cfg.lr)
+        ctx.save_client_state(client, {"c_i": c_new})
+        result.extra["delta_c"] = [a - b for a, b in zip(c_new, c_i)]
+        return result
+
+    def aggregate(self, ctx, results):
+        new = super().aggregate(ctx, results)
+        if self.global_lr != 1.0:
+            for name, _ in ctx.model.named_parameters():
+                x = ctx.global_state[name]
+                new[name] = x + self.global_lr * (new[name] - x)
+        return new
+
+    def server_update(self, ctx, model, results):
+        share = len(results) / ctx.num_clients
+        for j, c in enumerate(self.c):
+            c += share * torch.stack([r.extra["delta_c"][j] for r in results]).mean(0)
+
+    def state_dict(self):
+        return {"c": self.c}
+
+    def load_state_dict(self, state):
+        self.c = state["c"]

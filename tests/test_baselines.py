@@ -1,0 +1,135 @@
+"""Each baseline's update rule on a tiny case whose expected value is computed by hand (numbers in comments)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+from torch import nn
+
+from fed.algorithms.ccvr import class_statistics, combine_statistics
+from fed.algorithms.feddecorr import decorrelation_loss
+from fed.algorithms.fedgen import label_weights
+from fed.algorithms.fedlc import calibrated_logits
+from fed.algorithms.fedmix import fedmix_loss, naivemix_loss
+from fed.algorithms.fednova import fednova_update, normaliser
+from fed.algorithms.fedntd import not_true, not_true_distillation
+from fed.algorithms.scaffold import control_variate_update
+from fed.losses import contrastive_loss, soft_cross_entropy
+from fed.sharing import mean_batches, share_subset
+
+T = torch.tensor
+
+
+def test_scaffold_option_ii_control_variate():
+    # c_i = [1, 0], c = [0.5, 0.5], x = [2, 2], y = [1, 3], K = 4, lr = 0.25  ->  K*lr = 1
+    # c_i+ = c_i - c + (x - y) / 1 = [1 - 0.5 + 1, 0 - 0.5 - 1] = [1.5, -1.5]
+    out = control_variate_update([T([1.0, 0.0])], [T([0.5, 0.5])], [T([2.0, 2.0])], [T([1.0, 3.0])], 4, 0.25)
+    assert torch.allclose(out[0], T([1.5, -1.5]))
+
+
+def test_scaffold_correction_is_the_gradient_of_the_linear_term():
+    from fed.algorithms import build_algorithm
+    from fed.algorithms.base import LocalContext
+
+    model = nn.Linear(2, 2, bias=False)
+    with torch.no_grad():
+        model.weight.zero_()
+    corr = [T([[1.0, -2.0], [0.5, 0.0]])]
+    x, y = T([[0.0, 0.0]]), T([0])  # zero input: the CE gradient w.r.t. the weight is 0
+    build_algorithm("scaffold").local_loss(model, x, y, LocalContext(0, [], {"correction": corr}), None).backward()
+    assert torch.allclose(model.weight.grad, corr[0])  # g - c_i + c with g = 0
+
+
+def test_fednova_normalised_averaging_by_hand():
+    # plain SGD: a_i = tau_i.  x = [0], y_1 = [-2] after 2 steps, y_2 = [-8] after 4 steps, n = 1 and 3
+    # p = [1/4, 3/4]; d_1 = (0 + 2)/2 = 1, d_2 = (0 + 8)/4 = 2; tau_eff = 1/4*2 + 3/4*4 = 3.5
+    # x+ = 0 - 3.5 * (1/4*1 + 3/4*2) = -3.5 * 1.75 = -6.125   (FedAvg would give -6.5)
+    g = {"w": T([0.0])}
+    out = fednova_update(g, [{"w": T([-2.0])}, {"w": T([-8.0])}], [2, 4], [1, 3], 0.0, {"w"})
+    assert out["w"].item() == pytest.approx(-6.125)
+    # momentum 0.5, 2 steps: a = (2 - 0.5 * (1 - 0.25) / 0.5) / 0.5 = (2 - 0.75) / 0.5 = 2.5
+    assert normaliser(2, 0.5) == pytest.approx(2.5) and normaliser(3, 0.0) == 3
+    # equal steps -> FedAvg's weighted mean
+    same = fednova_update(g, [{"w": T([-2.0])}, {"w": T([-8.0])}], [3, 3], [1, 3], 0.0, {"w"})
+    assert same["w"].item() == pytest.approx(-6.5)
+
+
+def test_moon_contrastive_loss_by_hand():
+    # sim(z, z_glob) = 1, sim(z, z_prev) = 0, tau = 1: -log(e / (e + 1)) = log(1 + 1/e)
+    z, pos, neg = T([[1.0, 0.0]]), T([[2.0, 0.0]]), T([[0.0, 3.0]])
+    assert contrastive_loss(z, pos, neg, 1.0).item() == pytest.approx(math.log(1 + math.exp(-1)))
+    # tau = 0.5 doubles the logits: log(1 + e^-2)
+    assert contrastive_loss(z, pos, neg, 0.5).item() == pytest.approx(math.log(1 + math.exp(-2)))
+
+
+def test_fedmix_and_naivemix_by_hand():
+    # f(x) = W x with W = [[1], [0]] (1-d input, 2 classes); x = 2, y = 0, x_bar = 1, y_bar = [0, 1], lam = 0.5
+    model = nn.Linear(1, 2, bias=False)
+    with torch.no_grad():
+        model.weight.copy_(T([[1.0], [0.0]]))
+    x, y, xb, yb = T([[2.0]]), T([0]), T([[1.0]]), T([[0.0, 1.0]])
+    # (1 - lam) x = 1: logits [1, 0], p = softmax = [e/(e+1), 1/(e+1)]
+    p0 = math.e / (math.e + 1)
+    ce_y, ce_bar = -math.log(p0), -math.log(1 - p0)
+    # d ce_y / d x' = W^T (p - e_0) = 1*(p0 - 1) + 0 = p0 - 1; Taylor term = (p0 - 1) * x_bar
+    expected = 0.5 * ce_y + 0.5 * ce_bar + 0.5 * (p0 - 1) * 1.0
+    assert fedmix_loss(model, x, y, xb, yb, 0.5).item() == pytest.approx(expected, rel=1e-6)
+    # NaiveMix: input 0.5*2 + 0.5*1 = 1.5 -> logits [1.5, 0]; target [0.5, 0.5]
+    q0 = math.exp(1.5) / (math.exp(1.5) + 1)
+    assert naivemix_loss(model, x, y, xb, yb, 0.5, 2).item() == pytest.approx(
+        -0.5 * math.log(q0) - 0.5 * math.log(1 - q0), rel=1e-6)
+
+
+def test_mean_batches_and_raw_share():
+    x = torch.arange(6, dtype=torch.float32).view(6, 1)
+    y = T([0, 0, 1, 1, 1, 0])
+    xm, ym = mean_batches(x, y, 2, 3, torch.Generator().manual_seed(0))
+    assert xm.shape == (2, 1) and torch.allclose(xm.sum(), x.sum() / 3)  # two means of three: sum = total/3
+    assert torch.allclose(ym.sum(0), T([1.0, 1.0]))  # label mass: (3 zeros + 3 ones) / 3
+    idx = share_subset(25, 0.1, torch.Generator().manual_seed(0))
+    assert len(idx) == 3 and len(set(idx.tolist())) == 3  # ceil(2.5)
+
+
+def test_feddecorr_by_hand():
+    # perfectly correlated dimensions: K = [[1, 1], [1, 1]] -> ||K||^2 / d^2 = 4 / 4 = 1
+    assert decorrelation_loss(T([[1.0, 1.0], [-1.0, -1.0]])).item() == pytest.approx(1.0, rel=1e-6)
+    # uncorrelated: K = I -> 2 / 4
+    z = T([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
+    assert decorrelation_loss(z).item() == pytest.approx(0.5, rel=1e-6)
+
+
+def test_fedlc_calibration_by_hand():
+    # counts [16, 1]: subtract tau * [16^-1/4, 1] = [0.5, 1] (tau = 1)
+    out = calibrated_logits(T([[2.0, 2.0]]), T([16.0, 1.0]), 1.0)
+    assert torch.allclose(out, T([[1.5, 1.0]]))
+    assert calibrated_logits(T([[0.0]]), T([0.0]), 1.0).item() == pytest.approx(-100.0)  # absent: 1e-8^-1/4
+
+
+def test_fedntd_not_true_distillation_by_hand():
+    y = T([0])
+    assert torch.equal(not_true(T([[5.0, 1.0, 2.0]]), y), T([[1.0, 2.0]]))
+    # local not-true logits [0, 0] -> [1/2, 1/2]; global [ln 2, 0] -> [2/3, 1/3]
+    kl = 2 / 3 * math.log((2 / 3) / 0.5) + 1 / 3 * math.log((1 / 3) / 0.5)
+    out = not_true_distillation(T([[5.0, 0.0, 0.0]]), T([[0.0, math.log(2), 0.0]]), y, 1.0)
+    assert out.item() == pytest.approx(kl, rel=1e-6)
+
+
+def test_fedgen_label_weights_by_hand():
+    w = label_weights(T([[2.0, 0.0, 0.0], [2.0, 6.0, 0.0]]))
+    assert torch.allclose(w, T([[0.5, 0.0, 0.0], [0.5, 1.0, 0.0]]))
+
+
+def test_ccvr_combined_statistics_equal_the_pooled_ones():
+    rng = np.random.default_rng(0)
+    a, b = torch.from_numpy(rng.normal(size=(5, 3))), torch.from_numpy(rng.normal(2, 1, size=(7, 3)))
+    ya, yb = torch.zeros(5, dtype=torch.long), torch.zeros(7, dtype=torch.long)
+    parts = [class_statistics(a, ya, 1)[0], class_statistics(b, yb, 1)[0]]
+    n, mean, cov = combine_statistics(parts)
+    pooled = torch.cat([a, b])
+    assert n == 12 and torch.allclose(mean, pooled.mean(0)) and torch.allclose(cov, torch.cov(pooled.T))
+
+
+def test_soft_cross_entropy_of_one_hot_is_cross_entropy():
+    logits, y = T([[1.0, 2.0, 0.5]]), T([1])
+    assert soft_cross_entropy(logits, nn.functional.one_hot(y, 3).float()).item() == pytest.approx(
+        nn.functional.cross_entropy(logits, y).item())
