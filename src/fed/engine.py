@@ -42,11 +42,12 @@ class Engine:
     def __init__(self, cfg: FLConfig, algorithm: Algorithm, train: TensorDataset, test: TensorDataset,
                  partition: dict, seed: int, work_dir: str | Path | None = None,
                  progress: TextIO | None = sys.stderr, label: str = "", warm_start: str | Path | None = None,
-                 stages: dict[str, Path] | None = None, on_round: Callable[[dict], None] | None = None):
+                 stages: dict[str, Path] | None = None, on_round: Callable[[dict], None] | None = None,
+                 on_start: Callable[[str, bool], None] | None = None):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
         self.work_dir = Path(work_dir) if work_dir else None
         self.warm_start = Path(warm_start) if warm_start else None
-        self.progress, self.on_round = progress, on_round
+        self.progress, self.on_round, self.on_start = progress, on_round, on_start
         device = resolve_device(cfg.device)
         self._data_hash = checkpoint.tensor_hash(train.x, train.y, test.y)
         store = ClientStore(self.work_dir / "clients" if self.work_dir else None)
@@ -141,11 +142,14 @@ class Engine:
         cfg, ctx = self.cfg, self.ctx
         started = time.perf_counter()
         self.algorithm.setup(ctx)  # deterministic; re-run on resume, expensive products come from stages
-        if not self.try_resume():
+        resumed = self.try_resume()
+        if not resumed:
             if self.work_dir and (self.work_dir / "clients").exists():
                 shutil.rmtree(self.work_dir / "clients")  # client state of another identity
             if self.warm_start:
                 self.load_warm_start()
+        if self.on_start:  # e.g. MLflow: continue the run of this identity, or start it afresh
+            self.on_start(self.fingerprint(), resumed)
         bar = tqdm(total=cfg.rounds, initial=ctx.round, desc=self.label or "rounds", unit="round",
                    file=self.progress, disable=self.progress is None, mininterval=1.0, dynamic_ncols=True)
         while ctx.round < cfg.rounds and self.diverged_round is None:

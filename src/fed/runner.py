@@ -4,8 +4,11 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
+import signal
 import sys
+import threading
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -25,10 +28,17 @@ def make_engine(cfg: FLConfig, method: MethodSpec, dataset: str, data_root: str 
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     train = load_dataset(dataset, data_root, "train")
     test = load_dataset(dataset, data_root, "test")
-    partition = json.loads(Path(partition_file).read_text())
-    label = f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
+    try:
+        partition = json.loads(Path(partition_file).read_text())
+    except json.JSONDecodeError as err:
+        raise ValueError(f"partition file {partition_file} is not valid JSON ({err}); delete it and rerun, "
+                         "Snakemake recomputes it") from None
     return Engine(cfg, build_algorithm(method.algorithm, **method.params), train, test, partition, seed,
-                  label=label, **engine_kwargs)
+                  label=cell_label(dataset, partition_file, method, seed), **engine_kwargs)
+
+
+def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, seed: int) -> str:
+    return f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
 
 
 def run_prefix(cfg: FLConfig, dataset: str, data_root: str | Path, partition_file: str | Path, seed: int,
@@ -40,6 +50,17 @@ def run_prefix(cfg: FLConfig, dataset: str, data_root: str | Path, partition_fil
     engine.run()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(engine.checkpoint_path, out)
+
+
+def _json_safe(obj):
+    """NaN/inf (a diverged run's metrics) as null: metrics files are strict JSON."""
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _json_safe(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_json_safe(v) for v in obj]
+    return obj
 
 
 def run_cell(
@@ -55,23 +76,46 @@ def run_cell(
     threads: int = 1,
     progress: TextIO | None = sys.stderr,
     warm_start: str | Path | None = None,
+    stages: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
-    engine = make_engine(cfg, method, dataset, data_root, partition_file, seed, threads, work_dir=work_dir,
-                         warm_start=warm_start, progress=progress)
-    summary = engine.run()
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    torch.save(engine.global_state, out / "model.pt")  # the final global model (figures invert it)
-    record = {"dataset": dataset, "partition_file": str(partition_file), "seed": seed,
-              "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
-              "config": cfg.to_dict(), **summary}
-    (out / "metrics.json").write_text(json.dumps(record, indent=1, allow_nan=True))
-    scalar_history = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in summary["history"]]
-    pd.DataFrame(scalar_history).to_csv(out / "history.csv", index=False)
+    live = None
+    callbacks = {}
     if tracking:
-        from fed.tracking import log_run
+        from fed.tracking import LiveRun
 
-        params = {"preset": cfg.to_dict(), "method": record["method"], "dataset": dataset, "seed": seed}
-        log_run(tracking["uri"], tracking["experiment"], engine.label, params, tracking.get("tags", {}), summary,
-                [out / "metrics.json", out / "history.csv"])
-    return record
+        params = {"preset": cfg.to_dict(), "method": {"name": method.name, "algorithm": method.algorithm,
+                                                      "params": method.params}, "dataset": dataset, "seed": seed}
+        live = LiveRun(tracking["uri"], tracking["experiment"], cell_label(dataset, partition_file, method, seed),
+                       params, tracking.get("tags", {}))
+        callbacks = {"on_start": live.start, "on_round": live.log_round}
+    engine = make_engine(cfg, method, dataset, data_root, partition_file, seed, threads, work_dir=work_dir,
+                         warm_start=warm_start, progress=progress, stages=stages, **callbacks)
+    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
+        else None
+    try:
+        summary = engine.run()
+        out = Path(out_dir)
+        out.mkdir(parents=True, exist_ok=True)
+        torch.save(engine.global_state, out / "model.pt")  # the final global model (figures invert it)
+        record = {"dataset": dataset, "partition_file": str(partition_file), "seed": seed,
+                  "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
+                  "config": cfg.to_dict(), "identity": engine.fingerprint(), **summary}
+        tmp = out / "metrics.json.tmp"
+        tmp.write_text(json.dumps(_json_safe(record), indent=1, allow_nan=False))
+        scalar_history = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in summary["history"]]
+        pd.DataFrame(scalar_history).to_csv(out / "history.csv", index=False)
+        tmp.replace(out / "metrics.json")
+        if live:
+            live.finish(summary, [out / "metrics.json", out / "history.csv"])
+        return record
+    except BaseException:
+        if live:
+            live.fail()  # never left RUNNING by an error or SIGTERM (a SIGKILLed run is resumed next time)
+        raise
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
+
+
+def _terminate(signum, frame):
+    raise SystemExit(f"terminated by signal {signum}")

@@ -1,8 +1,8 @@
 """MLflow tracking: one experiment per paper, one run per cell.
 
 The SQLite store must exist before training jobs fan out (concurrent first-time schema creation loses runs),
-so :func:`init_store` is called once by the ``mlflow_init`` rule; :func:`log_run` then writes a finished cell
-in a few batched calls, retrying while another process holds the SQLite write lock.
+so :func:`init_store` is called once by the ``mlflow_init`` rule; each training job then follows its cell live
+(:class:`LiveRun`), retrying while another process holds the SQLite write lock.
 """
 
 from __future__ import annotations
@@ -65,48 +65,96 @@ def flatten(d: dict[str, Any], prefix: str = "") -> dict[str, str]:
     return out
 
 
-def log_run(uri: str, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str],
-            summary: dict[str, Any], artifacts: list[str | Path], retries: int = 20) -> str:
-    """Log one finished cell: params, tags, per-round metrics (step = round), final metrics, artifacts."""
-    from mlflow.entities import Metric, Param
-
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, float(v), now, int(row["round"])) for row in summary["history"] for k, v in row.items()
-               if k != "round" and isinstance(v, (int, float))]
-    for prefix in ("last", "best"):
-        metrics += [Metric(f"{prefix}_{k}", float(v), now, int(summary[prefix].get("round", 0)))
-                    for k, v in summary[prefix].items() if k != "round" and isinstance(v, (int, float))]
-    metrics.append(Metric("wall_seconds", summary["wall_seconds"], now, 0))
-    all_tags = tags | {"diverged": str(summary["diverged"]).lower(), "device": summary["device"]}
-    flat = [Param(k, v[:6000]) for k, v in flatten(params).items()]
-
-    def attempt() -> str:
-        client = _client(uri)
-        exp = client.get_experiment_by_name(experiment)
-        exp_id = exp.experiment_id if exp else client.create_experiment(experiment)
-        rid = client.create_run(exp_id, run_name=run_name, tags=all_tags).info.run_id
-        try:
-            _fill(client, rid)
-        except Exception:
-            client.delete_run(rid)  # no half-logged duplicates when the retry succeeds
-            raise
-        return rid
-
-    def _fill(client, rid: str) -> None:
-        for i in range(0, len(flat), MAX_PARAMS_PER_BATCH):
-            client.log_batch(rid, params=flat[i : i + MAX_PARAMS_PER_BATCH])
-        for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-            client.log_batch(rid, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
-        for path in artifacts:
-            client.log_artifact(rid, str(path))
-        client.set_terminated(rid, "FINISHED")
-
+def retry(call, retries: int = 20):
+    """Run ``call()``, retrying while another process holds SQLite's write lock."""
     for i in range(retries):
         try:
-            return attempt()
+            return call()
         except Exception as err:  # sqlite "database is locked" surfaces as MlflowException/OperationalError
             if "locked" not in str(err).lower() or i == retries - 1:
                 raise
             time.sleep(min(0.2 * 2**i, 5.0))
     raise AssertionError("unreachable")
 
+
+def _metrics(row: dict[str, Any], step: int, prefix: str = "") -> list:
+    from mlflow.entities import Metric
+
+    now = int(time.time() * 1000)
+    return [Metric(f"{prefix}{k}", float(v), now, step) for k, v in row.items()
+            if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+class LiveRun:
+    """One MLflow run per cell identity, visible from the job's start.
+
+    ``start(identity, resumed)``: a job that resumes a checkpoint continues the run of the same identity (the
+    tag ``fed.identity``) — also one a kill left RUNNING; a job that starts from scratch replaces an earlier run
+    of that identity (deleted, so re-executions never duplicate). Rounds are logged as they finish (step =
+    round); ``finish`` logs the summary and artifacts and ends FINISHED, ``fail`` ends FAILED.
+    """
+
+    def __init__(self, uri: str, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]):
+        self.uri, self.experiment, self.run_name, self.params, self.tags = uri, experiment, run_name, params, tags
+        self.run_id: str | None = None
+
+    def start(self, identity: str, resumed: bool) -> str:
+        from mlflow.entities import Param
+
+        def attempt():
+            client = _client(self.uri)
+            exp = client.get_experiment_by_name(self.experiment)
+            exp_id = exp.experiment_id if exp else client.create_experiment(self.experiment)
+            old = client.search_runs([exp_id], filter_string=f"tags.`fed.identity` = '{identity}'")
+            if resumed and old:
+                client.update_run(old[0].info.run_id, status="RUNNING")
+                return old[0].info.run_id
+            for run in old:
+                client.delete_run(run.info.run_id)
+            rid = client.create_run(exp_id, run_name=self.run_name,
+                                    tags=self.tags | {"fed.identity": identity}).info.run_id
+            flat = [Param(k, v[:6000]) for k, v in flatten(self.params).items()]
+            for i in range(0, len(flat), MAX_PARAMS_PER_BATCH):
+                client.log_batch(rid, params=flat[i : i + MAX_PARAMS_PER_BATCH])
+            return rid
+
+        self.run_id = retry(attempt)
+        return self.run_id
+
+    def log_round(self, row: dict[str, Any]) -> None:
+        retry(lambda: _client(self.uri).log_batch(self.run_id, metrics=_metrics(row, int(row["round"]))))
+
+    def finish(self, summary: dict[str, Any], artifacts: list[str | Path]) -> None:
+        metrics = []
+        for prefix in ("last", "best"):
+            metrics += _metrics(summary[prefix], int(summary[prefix].get("round", 0)), f"{prefix}_")
+        metrics += _metrics({"wall_seconds": summary["wall_seconds"]}, 0)
+        tags = {"diverged": str(summary["diverged"]).lower(), "device": summary["device"],
+                **{f"shared.{k}": str(v) for k, v in summary.get("shared", {}).items()}}
+
+        def attempt():
+            client = _client(self.uri)
+            for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+                client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+            for k, v in tags.items():
+                client.set_tag(self.run_id, k, v)
+            for path in artifacts:
+                client.log_artifact(self.run_id, str(path))
+            client.set_terminated(self.run_id, "FINISHED")
+
+        retry(attempt)
+
+    def fail(self) -> None:
+        if self.run_id:
+            retry(lambda: _client(self.uri).set_terminated(self.run_id, "FAILED"))
+
+
+def log_run(uri: str, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str],
+            summary: dict[str, Any], artifacts: list[str | Path], identity: str | None = None) -> str:
+    """Log a finished cell in one go (a run that was not followed live)."""
+    run = LiveRun(uri, experiment, run_name, params, tags)
+    run.start(identity or run_name, resumed=False)
+    for row in summary["history"]:
+        run.log_round(row)
+    run.finish(summary, artifacts)
+    return run.run_id

@@ -20,7 +20,10 @@ NOT_IMPLEMENTED = "not yet implemented"
 
 def paper_values(paper: str) -> pd.DataFrame:
     """Published numbers of ``paper``, transcribed from the paper (package data ``fed/reporting/data``)."""
-    with resources.files("fed.reporting").joinpath(f"data/{paper}.csv").open() as fh:
+    path = resources.files("fed.reporting").joinpath(f"data/{paper}.csv")
+    if not path.is_file():  # e.g. the smoke table of every baseline: no published numbers
+        return pd.DataFrame(columns=["table", "dataset", "partition", "method", "metric", "value", "std"])
+    with path.open() as fh:
         return pd.read_csv(fh, dtype={"value": str, "std": str}, keep_default_na=False)
 
 
@@ -31,6 +34,7 @@ def collect_runs(cells: list[dict]) -> pd.DataFrame:
         summary = json.loads(Path(cell["path"]).read_text())
         for protocol in ("last", "best"):
             for metric, value in summary[protocol].items():
+                value = math.nan if value is None and summary["diverged"] else value  # strict JSON: NaN as null
                 if isinstance(value, (int, float)) and metric != "round":
                     rows.append({**{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
                                  "protocol": protocol, "metric": metric, "value": float(value),

@@ -1,0 +1,67 @@
+"""MLflow: one run per cell identity, visible from its start, continued after a resume, FAILED on an error."""
+import json
+
+import pytest
+from mlflow.tracking import MlflowClient
+
+from fed import engine as engine_module
+from fed.config import FLConfig, MethodSpec
+from fed.data.datasets import load_labels
+from fed.data.partition import make_partition
+from fed.runner import run_cell
+from fed.tracking import init_store
+
+CFG = dict(num_clients=10, fraction=0.3, rounds=3, local_epochs=1, batch_size=20, eval_every=1, checkpoint_every=1)
+
+
+@pytest.fixture
+def cell(synthetic_root, tmp_path):
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(make_partition(load_labels("synthetic", synthetic_root), "iid", 10, seed=0)))
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    init_store(uri, ["fedzda"])
+
+    def run(**overrides):
+        return run_cell(FLConfig(**(CFG | overrides)), MethodSpec("fedavg", "fedavg"), "synthetic", synthetic_root,
+                        part, 0, tmp_path / "out", work_dir=tmp_path / "work", progress=None,
+                        tracking={"uri": uri, "experiment": "fedzda", "tags": {"method": "fedavg"}})
+
+    client = MlflowClient(uri)
+    return run, lambda: client.search_runs([client.get_experiment_by_name("fedzda").experiment_id]), client, tmp_path
+
+
+def test_three_reexecutions_leave_one_run(cell):
+    run, runs, _, tmp_path = cell
+    for _ in range(3):
+        run()  # the second and third resume from the final checkpoint and continue the same run
+    assert len(runs()) == 1 and runs()[0].info.status == "FINISHED"
+    first_id = runs()[0].info.run_id
+    import shutil
+
+    shutil.rmtree(tmp_path / "work")
+    run()  # recomputed from scratch: the run of that identity is replaced, not duplicated
+    assert len(runs()) == 1 and runs()[0].info.run_id != first_id
+    run(lr=0.05)  # another identity: its own run beside the first
+    assert len(runs()) == 2
+
+
+def test_a_failing_job_is_marked_failed_with_the_rounds_it_finished(cell, monkeypatch):
+    run, runs, client, _ = cell
+    real = engine_module.evaluate
+
+    def explode(ctx):
+        if ctx.round == 2:
+            raise RuntimeError("boom")
+        return real(ctx)
+
+    monkeypatch.setattr(engine_module, "evaluate", explode)
+    with pytest.raises(RuntimeError, match="boom"):
+        run()
+    (only,) = runs()
+    assert only.info.status == "FAILED"
+    # round 1 was logged while the job ran
+    assert [m.step for m in client.get_metric_history(only.info.run_id, "global_acc")] == [1]
+    monkeypatch.setattr(engine_module, "evaluate", real)
+    run()  # resumes from round 1 and continues the same run to the end
+    (again,) = runs()
+    assert again.info.run_id == only.info.run_id and again.info.status == "FINISHED"
