@@ -27,6 +27,7 @@ from fed.data.datasets import DATASETS, DatasetUnavailableError, cache_path, loa
 from fed.data.partition import make_partition
 from fed.engine import Engine
 from fed.models import build_model
+from fed.rounds import run_round
 
 CFG = dict(num_clients=100, fraction=0.1, local_epochs=5, batch_size=10, lr=0.02, rounds=1)
 
@@ -50,21 +51,22 @@ def setup(root: str, name: str):
 
 
 def our_round(engine: Engine, r: int) -> float:
-    """One round as the engine runs it (sampling, local SGD, aggregation), without evaluation."""
+    """One round as the engine runs it — ``fed.rounds.run_round`` itself (sampling, local SGD, aggregation,
+    server update), without evaluation."""
     t = time.perf_counter()
-    engine.round = r
-    results = [engine.algorithm.client_update(engine, k) for k in engine.algorithm.select_clients(engine)]
-    engine.global_state = engine.algorithm.aggregate(engine, results)
+    engine.ctx.round = r - 1
+    run_round(engine.ctx, engine.algorithm)
     return time.perf_counter() - t
 
 
 def pure_compute(engine: Engine, clients: list[int]) -> float:
     """Forward+backward+step of the same number of samples, batch 10, one preloaded tensor, one model."""
-    model = copy.deepcopy(engine.model).train()
+    ctx = engine.ctx
+    model = copy.deepcopy(ctx.model).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.02)
-    n = sum(len(engine.train_idx[k]) for k in clients) * CFG["local_epochs"]
-    x = engine.train.x[: CFG["batch_size"]].contiguous(memory_format=engine.memory_format)
-    y = engine.train.y[: CFG["batch_size"]]
+    n = sum(len(ctx.train_idx[k]) for k in clients) * CFG["local_epochs"]
+    x = ctx.train_set.x[: CFG["batch_size"]].contiguous(memory_format=ctx.memory_format)
+    y = ctx.train_set.y[: CFG["batch_size"]]
     t = time.perf_counter()
     for _ in range(int(np.ceil(n / CFG["batch_size"]))):
         loss = F.cross_entropy(model(x), y)
@@ -137,7 +139,7 @@ def main() -> None:
     naive_model = build_model("cnn_mnist", 1, 10, 28)
     for r in range(1, args.rounds + 1):
         ours.append(our_round(engine, r))
-        clients = engine.algorithm.select_clients(engine)
+        clients = engine.algorithm.select_clients(engine.ctx)
         pure.append(pure_compute(engine, clients))
         naive.append(naive_round(args.data_root, name, part, clients, naive_model))
     o, p, n = (float(np.median(v)) for v in (ours, pure, naive))
