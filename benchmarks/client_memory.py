@@ -25,8 +25,8 @@ import torch
 def one(clients: int, rounds: int, store: str) -> dict:
     import psutil
 
-    from fed.client_store import ClientStore
     from fed.algorithms import build_algorithm
+    from fed.client_store import ClientStore
     from fed.config import FLConfig
     from fed.data.datasets import load_dataset, load_labels, prepare
     from fed.data.partition import make_partition
@@ -37,19 +37,38 @@ def one(clients: int, rounds: int, store: str) -> dict:
     n = 50 * clients * 10 // 8  # |D_k| = 50 after the 80/20 local split
     prepare("synthetic", root, synthetic={"n_train": n, "n_test": 200})
     part = make_partition(load_labels("synthetic", root), "iid", clients, seed=0)
-    cfg = FLConfig(num_clients=clients, fraction=0.1, rounds=rounds, local_epochs=1, batch_size=32,
-                   eval_every=rounds, checkpoint_every=1)
+    cfg = FLConfig(
+        num_clients=clients,
+        fraction=0.1,
+        rounds=rounds,
+        local_epochs=1,
+        batch_size=32,
+        eval_every=rounds,
+        checkpoint_every=1,
+    )
     work = root / "work"
-    engine = Engine(cfg, build_algorithm("scaffold"), load_dataset("synthetic", root, "train"),
-                    load_dataset("synthetic", root, "test"), part, 0, work_dir=work, progress=None)
+    engine = Engine(
+        cfg,
+        build_algorithm("scaffold"),
+        load_dataset("synthetic", root, "train"),
+        load_dataset("synthetic", root, "test"),
+        part,
+        0,
+        work_dir=work,
+        progress=None,
+    )
     if store == "memory":
         engine.ctx.clients = ClientStore(None)
     proc = psutil.Process()
     before = proc.memory_info().rss
     engine.run()
     after = proc.memory_info().rss
-    return {"clients": clients, "store": store, "state_mb": (after - before) / 2**20,
-            "clients_with_state": engine.ctx.clients.num_clients_with_state()}
+    return {
+        "clients": clients,
+        "store": store,
+        "state_mb": (after - before) / 2**20,
+        "clients_with_state": engine.ctx.clients.num_clients_with_state(),
+    }
 
 
 def main() -> None:
@@ -65,13 +84,22 @@ def main() -> None:
     rows = {}
     for store in ("disk", "memory"):
         for k in args.clients:
-            out = subprocess.run([sys.executable, __file__, "--single", str(k), "--rounds", str(args.rounds),
-                                  "--store", store], capture_output=True, text=True, check=True).stdout
+            out = subprocess.run(
+                [sys.executable, __file__, "--single", str(k), "--rounds", str(args.rounds), "--store", store],
+                capture_output=True,
+                text=True,
+                check=True,
+            ).stdout
             rows[store, k] = json.loads(out.strip().splitlines()[-1])
             print(json.dumps(rows[store, k]))
     lo, hi = min(args.clients), max(args.clients)
-    print(" ".join(f"{store}_state_mb_{lo}={rows[store, lo]['state_mb']:.1f} "
-                   f"{store}_state_mb_{hi}={rows[store, hi]['state_mb']:.1f}" for store in ("disk", "memory")))
+    print(
+        " ".join(
+            f"{store}_state_mb_{lo}={rows[store, lo]['state_mb']:.1f} "
+            f"{store}_state_mb_{hi}={rows[store, hi]['state_mb']:.1f}"
+            for store in ("disk", "memory")
+        )
+    )
 
 
 if __name__ == "__main__":

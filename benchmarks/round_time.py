@@ -15,7 +15,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -45,8 +44,15 @@ def dataset(root: str) -> str:
 
 def setup(root: str, name: str):
     part = make_partition(load_labels(name, root), "unimodal", 100, seed=0)
-    engine = Engine(FLConfig(**CFG), build_algorithm("fedavg"), load_dataset(name, root, "train"),
-                    load_dataset(name, root, "test"), part, seed=0, progress=None)
+    engine = Engine(
+        FLConfig(**CFG),
+        build_algorithm("fedavg"),
+        load_dataset(name, root, "train"),
+        load_dataset(name, root, "test"),
+        part,
+        seed=0,
+        progress=None,
+    )
     return engine, part
 
 
@@ -150,8 +156,10 @@ def main() -> None:
         alone = float(np.median(json.loads(subprocess.run(cmd, capture_output=True, text=True, check=True).stdout)))
         procs = [subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True) for _ in range(2)]
         side = [float(np.median(json.loads(p.communicate()[0]))) for p in procs]
-        print(f"alone_s_per_round={alone:.2f} side_by_side_s_per_round={side[0]:.2f},{side[1]:.2f} "
-              f"parallel_throughput={2 * alone / float(np.mean(side)):.2f}")
+        print(
+            f"alone_s_per_round={alone:.2f} side_by_side_s_per_round={side[0]:.2f},{side[1]:.2f} "
+            f"parallel_throughput={2 * alone / float(np.mean(side)):.2f}"
+        )
     print(f"speedup_vs_naive={n / o:.2f} overhead={o / p - 1:.3f}")
 
 

@@ -1,4 +1,3 @@
-
 import pytest
 import torch
 
@@ -49,10 +48,11 @@ def test_fedprox_loss_is_ce_plus_proximal_term():
 
 
 def test_unknown_and_planned_algorithms_are_explained():
-    with pytest.raises(ValueError, match="valid choices: \\['centralized', 'fedavg', 'fedprox', 'fedzdac', 'fedzdas', "
-                                         "'qffl'\\]"):
+    with pytest.raises(
+        ValueError, match="valid choices: \\['ccvr', 'centralized', 'fedavg', 'fedbr', 'feddata', 'feddecorr'"
+    ):
         build_algorithm("fedsgd")
-    with pytest.raises(ValueError, match="'moon' \\(planned, not yet implemented\\)"):
-        build_algorithm("moon")
+    with pytest.raises(ValueError, match="'flea' \\(planned, not yet implemented\\)"):
+        build_algorithm("flea")
     with pytest.raises(ValueError, match="q must be >= 0"):
         build_algorithm("qffl", q=-1)

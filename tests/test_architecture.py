@@ -1,5 +1,6 @@
 """The package's shape: Fed-ZDA numbers unchanged by the issue-7 refactor, no import cycles, algorithms never see
 the engine."""
+
 import ast
 import json
 import runpy
@@ -7,7 +8,6 @@ import sys
 from pathlib import Path
 
 import pytest
-
 from conftest import REPO
 
 PKG = REPO / "src" / "fed"
@@ -29,8 +29,12 @@ def test_fedzda_smoke_cells_identical_to_before_the_refactor(tmp_path, monkeypat
 def runtime_imports(path: Path) -> set[str]:
     """fed.* modules a file imports at run time (imports under ``if TYPE_CHECKING:`` do not count)."""
     tree = ast.parse(path.read_text())
-    skip = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-            for n in ast.walk(node)}
+    skip = {
+        id(n)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
+        for n in ast.walk(node)
+    }
     out = set()
     for node in ast.walk(tree):
         if id(node) in skip:
@@ -60,7 +64,7 @@ def test_no_import_cycle_in_fed():
         state[m] = 1
         for n in graph[m]:
             if state.get(n) == 1:
-                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n):] + [n]))
+                raise AssertionError("import cycle: " + " -> ".join(stack[stack.index(n) :] + [n]))
             if n not in state:
                 visit(n, stack + [n])
         state[m] = 2

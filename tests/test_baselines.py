@@ -1,4 +1,5 @@
 """Each baseline's update rule on a tiny case whose expected value is computed by hand (numbers in comments)."""
+
 import math
 
 import numpy as np
@@ -77,7 +78,8 @@ def test_fedmix_and_naivemix_by_hand():
     # NaiveMix: input 0.5*2 + 0.5*1 = 1.5 -> logits [1.5, 0]; target [0.5, 0.5]
     q0 = math.exp(1.5) / (math.exp(1.5) + 1)
     assert naivemix_loss(model, x, y, xb, yb, 0.5, 2).item() == pytest.approx(
-        -0.5 * math.log(q0) - 0.5 * math.log(1 - q0), rel=1e-6)
+        -0.5 * math.log(q0) - 0.5 * math.log(1 - q0), rel=1e-6
+    )
 
 
 def test_mean_batches_and_raw_share():
@@ -132,4 +134,5 @@ def test_ccvr_combined_statistics_equal_the_pooled_ones():
 def test_soft_cross_entropy_of_one_hot_is_cross_entropy():
     logits, y = T([[1.0, 2.0, 0.5]]), T([1])
     assert soft_cross_entropy(logits, nn.functional.one_hot(y, 3).float()).item() == pytest.approx(
-        nn.functional.cross_entropy(logits, y).item())
+        nn.functional.cross_entropy(logits, y).item()
+    )

@@ -1,12 +1,13 @@
 """Bad configs fail before the DAG runs, with messages that name the problem and the valid choices."""
+
 import copy
 
 import pytest
 import yaml
+from conftest import REPO, snakemake, write_yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from conftest import REPO, snakemake, write_yaml
 from fed.config import FLConfig, resolve_preset
 from fed.validate import check_config
 
@@ -28,9 +29,13 @@ def test_shipped_configs_are_valid():
         validate(cfg, SCHEMA)
         check_config(cfg)
     assert checked(lambda c: None) == []  # every method of the Fed-ZDA tables is implemented
-    warnings = checked(lambda c: c["methods"].update(moon={"algorithm": "moon"})
-                       or c["experiments"]["fedzda_table1"]["methods"].append("moon"))
-    assert any("'moon' is not yet implemented" in w for w in warnings)
+    warnings = checked(
+        lambda c: (
+            c["methods"].update(flea={"algorithm": "flea"})
+            or c["experiments"]["fedzda_table1"]["methods"].append("flea")
+        )
+    )
+    assert any("'flea' is not yet implemented" in w for w in warnings)
 
 
 @pytest.mark.parametrize(
@@ -52,16 +57,32 @@ def test_schema_rejects_out_of_range_values(mutate, message):
 @pytest.mark.parametrize(
     "mutate, message",
     [
-        (lambda c: c["experiments"]["fedzda_table1"]["methods"].append("fedsgd"),
-         "unknown method 'fedsgd'; defined methods: \\['centralized', 'fedavg'"),
-        (lambda c: c["methods"].update(fedsgd={"algorithm": "sgd"}),
-         "unknown algorithm 'sgd'; valid choices: \\['centralized', 'fedavg', 'fedprox', 'fedzdac', 'fedzdas', 'qffl'\\]"),
-        (lambda c: c["experiments"]["fedzda_table1"]["datasets"].append("imagenet"),
-         "unknown dataset 'imagenet'; valid choices: \\['cifar10', 'cifar100', 'fmnist', 'mnist', 'svhn', 'synthetic'"),
-        (lambda c: c["partitions"].update(shards={"scheme": "pathological"}) or
-         c["experiments"]["fedzda_table1"]["partitions"].append("shards"), "unknown scheme 'pathological'"),
-        (lambda c: c["partitions"].update(q={"scheme": "label_quantity", "k": 11}) or
-         c["experiments"]["fedzda_table1"]["partitions"].append("q"), "k=11 > 10 classes of mnist"),
+        (
+            lambda c: c["experiments"]["fedzda_table1"]["methods"].append("fedsgd"),
+            "unknown method 'fedsgd'; defined methods: \\['ccvr', 'centralized', 'fedavg'",
+        ),
+        (
+            lambda c: c["methods"].update(fedsgd={"algorithm": "sgd"}),
+            "unknown algorithm 'sgd'; valid choices: \\['ccvr', 'centralized', 'fedavg', 'fedbr', 'feddata'",
+        ),
+        (
+            lambda c: c["experiments"]["fedzda_table1"]["datasets"].append("imagenet"),
+            "unknown dataset 'imagenet'; valid choices: \\['cifar10', 'cifar100', 'fmnist', 'mnist', 'svhn'",
+        ),
+        (
+            lambda c: (
+                c["partitions"].update(shards={"scheme": "pathological"})
+                or c["experiments"]["fedzda_table1"]["partitions"].append("shards")
+            ),
+            "unknown scheme 'pathological'",
+        ),
+        (
+            lambda c: (
+                c["partitions"].update(q={"scheme": "label_quantity", "k": 11})
+                or c["experiments"]["fedzda_table1"]["partitions"].append("q")
+            ),
+            "k=11 > 10 classes of mnist",
+        ),
         (lambda c: c["methods"]["fedprox"].update(nu=1), "bad parameters for fedprox"),
         (lambda c: c["presets"]["fedzda"].update(model="resnet9000"), "unknown model 'resnet9000'"),
     ],

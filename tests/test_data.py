@@ -3,7 +3,13 @@ import gzip
 import pytest
 import torch
 
-from fed.data.datasets import DatasetUnavailableError, import_debian_fashion_mnist, load_dataset, make_synthetic, prepare
+from fed.data.datasets import (
+    DatasetUnavailableError,
+    import_debian_fashion_mnist,
+    load_dataset,
+    make_synthetic,
+    prepare,
+)
 
 
 def test_synthetic_is_deterministic_and_class_conditional():
@@ -40,8 +46,11 @@ def test_debian_fashion_mnist_import_feeds_torchvision(tmp_path):
     src = tmp_path / "debian"
     src.mkdir()
     n = 7
-    images = bytes([0, 0, 8, 3, 0, 0, 0, n, 0, 0, 0, 28, 0, 0, 0, 28]) + bytes(range(256)) * (n * 784 // 256) \
+    images = (
+        bytes([0, 0, 8, 3, 0, 0, 0, n, 0, 0, 0, 28, 0, 0, 0, 28])
+        + bytes(range(256)) * (n * 784 // 256)
         + bytes(n * 784 % 256)
+    )
     labels = bytes([0, 0, 8, 1, 0, 0, 0, n]) + bytes([3, 1, 4, 1, 5, 9, 2])
     for split in ("train", "t10k"):
         (src / f"{split}-images-idx3-ubyte.gz").write_bytes(gzip.compress(images))

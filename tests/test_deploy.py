@@ -1,11 +1,11 @@
 """What users of Snakemake workflows expect: pinned conda envs that match the package, lint and format clean."""
+
 import re
 import subprocess
 import sys
 import tomllib
 
 import yaml
-
 from conftest import REPO, snakemake
 
 
@@ -20,8 +20,9 @@ def test_conda_env_pins_match_pyproject():
         env = yaml.safe_load(env_file.read_text())
         pip = next(d["pip"] for d in env["dependencies"] if isinstance(d, dict) and "pip" in d)
         env_pins = pins(pip)
-        assert env_pins == {k: v for k, v in project.items() if k in env_pins} and set(project) <= set(env_pins), \
+        assert env_pins == {k: v for k, v in project.items() if k in env_pins} and set(project) <= set(env_pins), (
             f"{env_file.name} pins {env_pins}, pyproject {project}"
+        )
 
 
 def test_every_rule_has_a_conda_env_and_a_log(tmp_path):
@@ -31,23 +32,44 @@ def test_every_rule_has_a_conda_env_and_a_log(tmp_path):
 
 
 def test_snakefmt_clean():
-    proc = subprocess.run([sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"], cwd=REPO,
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "snakefmt", "--check", "Snakefile", "workflow/rules"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_python_is_ruff_clean():
+    """Lint (pyflakes, pycodestyle, isort, bugbear, pyupgrade) and format, configured in pyproject.toml."""
+    for args in (["check", "."], ["format", "--check", "."]):
+        proc = subprocess.run([sys.executable, "-m", "ruff", *args], cwd=REPO, capture_output=True, text=True)
+        assert proc.returncode == 0, f"ruff {' '.join(args)}:\n{proc.stdout[-3000:]}{proc.stderr[-2000:]}"
 
 
 def test_slurm_profile_dry_run(tmp_path):
     """The SLURM profile builds the full DAG (no SLURM binaries are needed for a dry run)."""
-    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"), "-n", "--configfile",
-                     str(REPO / "config/smoke.yaml"))
-    # tables: 2 partitions x 5 methods x 2 seeds; Fig. 3 oracle; Fig. 4 two FL models; Fig. 5 2 starts x 2 seeds
-    assert len(re.findall(r"^rule train:", proc.stdout, re.M)) == 20 + 1 + 2 + 4
+    proc = snakemake(
+        tmp_path, "--profile", str(REPO / "profiles/slurm"), "-n", "--configfile", str(REPO / "config/smoke.yaml")
+    )
+    # tables: 2 partitions x 5 methods x 2 seeds; Fig. 3 oracle; Fig. 4 two FL models; Fig. 5 2 starts x 2 seeds;
+    # the baselines table: 12 baselines on one partition and seed (its FedAvg cell is a Fed-ZDA table cell)
+    assert len(re.findall(r"^rule train:", proc.stdout, re.M)) == 20 + 1 + 2 + 4 + 12
 
 
 def test_training_jobs_declare_the_gpu_resource(tmp_path):
     """`--config gpu_per_job=1 --resources gpu=N` caps GPU jobs at N: only training jobs request the GPU."""
-    out = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml"), "--config", "gpu_per_job=1",
-                    "--resources", "gpu=1").stdout
+    out = snakemake(
+        tmp_path,
+        "-n",
+        "--configfile",
+        str(REPO / "config/smoke.yaml"),
+        "--config",
+        "gpu_per_job=1",
+        "--resources",
+        "gpu=1",
+    ).stdout
     jobs = re.split(r"\n\[.*?\]\n", out)
     train = [j for j in jobs if re.search(r"^(local)?rule (train|prefix):", j, re.M)]
     other = [j for j in jobs if re.search(r"^(local)?rule (partition|table|figure|prepare_data):", j, re.M)]

@@ -23,15 +23,20 @@ def setup(synthetic_root, tmp_path_factory):
     part = make_partition(load_labels("synthetic", synthetic_root), "unimodal", 10, seed=0)
     path = tmp_path_factory.mktemp("part") / "part.json"
     path.write_text(json.dumps(part))
-    return (load_dataset("synthetic", synthetic_root, "train"), load_dataset("synthetic", synthetic_root, "test"),
-            part, path)
+    return (
+        load_dataset("synthetic", synthetic_root, "train"),
+        load_dataset("synthetic", synthetic_root, "test"),
+        part,
+        path,
+    )
 
 
 def run(setup, algo="fedavg", seed=0, work_dir=None, params=None, **overrides):
     train, test, part, _ = setup
     cfg = FLConfig(**(SMALL | overrides))
-    return Engine(cfg, build_algorithm(algo, **(params or {})), train, test, part, seed, work_dir=work_dir,
-                  progress=None).run()
+    return Engine(
+        cfg, build_algorithm(algo, **(params or {})), train, test, part, seed, work_dir=work_dir, progress=None
+    ).run()
 
 
 def strip(history):
@@ -56,12 +61,12 @@ def test_fedprox_large_mu_stays_near_global_model(setup):
     train, test, part, _ = setup
 
     def drift(algo, **params):
-        engine = Engine(FLConfig(**(SMALL | {"rounds": 1})), build_algorithm(algo, **params), train, test, part, 0,
-                        progress=None)
+        engine = Engine(
+            FLConfig(**(SMALL | {"rounds": 1})), build_algorithm(algo, **params), train, test, part, 0, progress=None
+        )
         start = {k: v.clone() for k, v in engine.global_state.items()}
         engine.run()
-        return sum(float((engine.global_state[k] - start[k]).pow(2).sum()) for k, _ in
-                   engine.model.named_parameters())
+        return sum(float((engine.global_state[k] - start[k]).pow(2).sum()) for k, _ in engine.model.named_parameters())
 
     assert drift("fedprox", mu=40.0) < 0.7 * drift("fedavg")  # lr*mu = 0.8: strong, stable pull
 
@@ -87,9 +92,17 @@ def test_divergence_is_recorded_not_averaged(setup, tmp_path):
         path = tmp_path / f"{seed}.json"
         path.write_text(json.dumps(res))
         cells.append(dict(dataset="synthetic", partition="unimodal", method="fedavg", seed=seed, path=path))
-    table = build_table(collect_runs(cells), pd.DataFrame(columns=["table", "dataset", "partition", "method",
-                        "metric", "value", "std"]), "Table 2", ["synthetic"], ["unimodal"], {"fedavg": "fedavg"},
-                        ["global_acc"], "last", {"fedavg"})
+    table = build_table(
+        collect_runs(cells),
+        pd.DataFrame(columns=["table", "dataset", "partition", "method", "metric", "value", "std"]),
+        "Table 2",
+        ["synthetic"],
+        ["unimodal"],
+        {"fedavg": "fedavg"},
+        ["global_acc"],
+        "last",
+        {"fedavg"},
+    )
     row = table.iloc[0]
     assert row["status"] == "1 of 2 seeds diverged" and row["seeds"] == 1
     assert row["ours_mean"] == pytest.approx(good["last"]["global_acc"])
@@ -106,10 +119,35 @@ def test_kill_and_resume_equals_uninterrupted(setup, synthetic_root, tmp_path):
     part_path = setup[3]
 
     def cmd(out):
-        return [sys.executable, "-m", "fed.cli", "run", "synthetic", str(part_path), "fedavg", "--root",
-                str(synthetic_root), "-o", str(out), "--seed", "5", "--set", "rounds=8", "--set",
-                "local_epochs=3", "--set", "num_clients=10", "--set", "fraction=0.3", "--set", "batch_size=10",
-                "--set", "checkpoint_every=1", "--set", "eval_every=1"]
+        return [
+            sys.executable,
+            "-m",
+            "fed.cli",
+            "run",
+            "synthetic",
+            str(part_path),
+            "fedavg",
+            "--root",
+            str(synthetic_root),
+            "-o",
+            str(out),
+            "--seed",
+            "5",
+            "--set",
+            "rounds=8",
+            "--set",
+            "local_epochs=3",
+            "--set",
+            "num_clients=10",
+            "--set",
+            "fraction=0.3",
+            "--set",
+            "batch_size=10",
+            "--set",
+            "checkpoint_every=1",
+            "--set",
+            "eval_every=1",
+        ]
 
     subprocess.run(cmd(tmp_path / "straight"), check=True, capture_output=True)
     killed = tmp_path / "killed"
@@ -160,8 +198,9 @@ def test_code_change_is_never_resumed(setup, tmp_path, monkeypatch):
     run(setup, work_dir=tmp_path, checkpoint_every=1)
     monkeypatch.setattr(checkpoint, "code_hash", lambda: "edited-code")
     train, test, part, _ = setup
-    engine = Engine(FLConfig(**SMALL), build_algorithm("fedavg"), train, test, part, 0, work_dir=tmp_path,
-                    progress=None)
+    engine = Engine(
+        FLConfig(**SMALL), build_algorithm("fedavg"), train, test, part, 0, work_dir=tmp_path, progress=None
+    )
     assert not engine.try_resume()
 
 

@@ -1,4 +1,5 @@
 """ZSDG, Fed-ZDAC, Fed-ZDAS and the warm start of start-round runs."""
+
 import json
 
 import pytest
@@ -24,8 +25,16 @@ def data(synthetic_root):
 
 def engine(data, algo, params=None, seed=0, work_dir=None, **overrides):
     train, test, part = data
-    return Engine(FLConfig(**(SMALL | overrides)), build_algorithm(algo, **(params or {})), train, test, part, seed,
-                  progress=None, work_dir=work_dir)
+    return Engine(
+        FLConfig(**(SMALL | overrides)),
+        build_algorithm(algo, **(params or {})),
+        train,
+        test,
+        part,
+        seed,
+        progress=None,
+        work_dir=work_dir,
+    )
 
 
 @pytest.fixture(scope="module")
@@ -39,7 +48,9 @@ def trained(data):
 
 def test_zsdg_loss_falls_and_samples_carry_their_class(trained):
     before = {k: v.clone() for k, v in trained.state_dict().items()}
-    x, y, info = zsdg(trained, 10, (1, 28, 28), ZSDGConfig(per_class=8, iterations=60), torch.Generator().manual_seed(0))
+    x, y, info = zsdg(
+        trained, 10, (1, 28, 28), ZSDGConfig(per_class=8, iterations=60), torch.Generator().manual_seed(0)
+    )
     assert x.shape == (80, 1, 28, 28) and torch.bincount(y).tolist() == [8] * 10
     assert info["loss_last"] < 0.5 * info["loss_first"]
     assert info["source_acc"] > 80  # chance is 10 %
@@ -63,8 +74,10 @@ def test_zda_runs_generate_and_differ_from_fedavg(data, algo):
     clients = 3  # fraction 0.3 of 10
     assert row["synthetic_samples"] == clients * 4 * 10 and row["zsdg_calls"] == clients
     assert row["zsdg_seconds"] > 0 and 0 <= row["zsdg_source_acc"] <= 100
-    assert res["last"]["global_acc"] != fedavg["last"]["global_acc"] or \
-        res["history"][0]["train_loss"] != fedavg["history"][0]["train_loss"]
+    assert (
+        res["last"]["global_acc"] != fedavg["last"]["global_acc"]
+        or res["history"][0]["train_loss"] != fedavg["history"][0]["train_loss"]
+    )
     if algo == "fedzdas":
         assert "server_loss" in row
 

@@ -1,4 +1,5 @@
 """Every registered model has a cut: features(x) then head(h) is forward(x), and cut_layer names a real module."""
+
 import pytest
 import torch
 

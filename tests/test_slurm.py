@@ -1,11 +1,11 @@
 """The smoke workflow through a real single-node SLURM cluster (Debian slurm-wlm + munge, started here)."""
+
 import re
 import shutil
 import subprocess
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, snakemake, write_yaml
 
 CLUSTER = REPO / "tests/slurm/cluster.sh"
@@ -29,13 +29,26 @@ def slurm():
 
 @pytest.mark.slow
 def test_smoke_workflow_through_slurm(slurm, tmp_path):
-    overlay = write_yaml(tmp_path / "overlay.yaml", {
-        "gpu_per_job": 1,  # every training job asks SLURM for a GPU (the node's fake gres)
-        "experiments": {t: {"methods": ["fedavg", "fedzdas"], "seeds": [0]} for t in ("fedzda_table1", "fedzda_table2")},
-    })
+    overlay = write_yaml(
+        tmp_path / "overlay.yaml",
+        {
+            "gpu_per_job": 1,  # every training job asks SLURM for a GPU (the node's fake gres)
+            "experiments": {
+                t: {"methods": ["fedavg", "fedzdas"], "seeds": [0]} for t in ("fedzda_table1", "fedzda_table2")
+            },
+        },
+    )
     targets = ["reports/tables/fedzda/table1.html", "reports/tables/fedzda/table2.html"]
-    proc = snakemake(tmp_path, "--profile", str(REPO / "profiles/slurm"), "--configfile",
-                     str(REPO / "config/smoke.yaml"), str(overlay), "--", *targets)
+    proc = snakemake(
+        tmp_path,
+        "--profile",
+        str(REPO / "profiles/slurm"),
+        "--configfile",
+        str(REPO / "config/smoke.yaml"),
+        str(overlay),
+        "--",
+        *targets,
+    )
     out = proc.stdout + proc.stderr
     train_jobs = re.findall(r"submitted with SLURM jobid (\d+) \(log: \S+/rule_train/", out)
     assert len(train_jobs) == 4, out[-3000:]  # 2 partitions x 2 methods x 1 seed, each its own sbatch job

@@ -1,4 +1,5 @@
 """MLflow: one run per cell identity, visible from its start, continued after a resume, FAILED on an error."""
+
 import json
 
 import pytest
@@ -22,9 +23,18 @@ def cell(synthetic_root, tmp_path):
     init_store(uri, ["fedzda"])
 
     def run(**overrides):
-        return run_cell(FLConfig(**(CFG | overrides)), MethodSpec("fedavg", "fedavg"), "synthetic", synthetic_root,
-                        part, 0, tmp_path / "out", work_dir=tmp_path / "work", progress=None,
-                        tracking={"uri": uri, "experiment": "fedzda", "tags": {"method": "fedavg"}})
+        return run_cell(
+            FLConfig(**(CFG | overrides)),
+            MethodSpec("fedavg", "fedavg"),
+            "synthetic",
+            synthetic_root,
+            part,
+            0,
+            tmp_path / "out",
+            work_dir=tmp_path / "work",
+            progress=None,
+            tracking={"uri": uri, "experiment": "fedzda", "tags": {"method": "fedavg"}},
+        )
 
     client = MlflowClient(uri)
     return run, lambda: client.search_runs([client.get_experiment_by_name("fedzda").experiment_id]), client, tmp_path

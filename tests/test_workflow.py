@@ -1,4 +1,5 @@
 """The workflow end to end: the smoke config through Snakemake, the full config as a dry run, MLflow under load."""
+
 import re
 import subprocess
 import sys
@@ -6,8 +7,8 @@ import textwrap
 
 import pandas as pd
 import pytest
-
 from conftest import REPO, snakemake
+
 from fed.tracking import init_store
 
 
@@ -77,8 +78,11 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     # nothing to do on a second invocation; one cell can be re-run alone (README: "re-run one cell")
     assert "Nothing to be done" in snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml")).stdout
     cell = "results/runs/smoke/synthetic/unimodal/fedavg/seed0/metrics.json"
-    counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml"), "--forcerun",
-                                  cell, "--", cell).stdout)
+    counts = job_counts(
+        snakemake(
+            tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml"), "--forcerun", cell, "--", cell
+        ).stdout
+    )
     assert counts == {"train": 1, "total": 1}
 
 
@@ -95,8 +99,10 @@ LOGGER = textwrap.dedent("""
 def test_eight_concurrent_jobs_against_a_fresh_store_lose_nothing(tmp_path):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     init_store(uri, ["fedzda"])  # what the mlflow_init rule does before training fans out
-    procs = [subprocess.Popen([sys.executable, "-c", LOGGER, uri, str(i)], stderr=subprocess.PIPE, text=True)
-             for i in range(8)]
+    procs = [
+        subprocess.Popen([sys.executable, "-c", LOGGER, uri, str(i)], stderr=subprocess.PIPE, text=True)
+        for i in range(8)
+    ]
     errors = [p.communicate()[1] for p in procs if p.wait() != 0]
     assert not errors, errors[0][-2000:]
     from mlflow.tracking import MlflowClient

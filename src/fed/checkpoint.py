@@ -74,5 +74,6 @@ def load_file(path: str | Path, device: torch.device | str, what: str) -> dict[s
     except FileNotFoundError:
         raise FileNotFoundError(f"{what} {path} does not exist; run the rule that produces it") from None
     except Exception as err:
-        raise RuntimeError(f"{what} {path} is unreadable ({type(err).__name__}: {err}); delete it and rerun, "
-                           f"Snakemake recomputes it") from err
+        raise RuntimeError(
+            f"{what} {path} is unreadable ({type(err).__name__}: {err}); delete it and rerun, Snakemake recomputes it"
+        ) from err

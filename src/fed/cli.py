@@ -45,8 +45,9 @@ def main(argv: list[str] | None = None) -> None:
         from fed.data.datasets import load_labels
         from fed.data.partition import make_partition
 
-        part = make_partition(load_labels(args.dataset, args.root), args.scheme, args.clients, args.seed,
-                              **_kv(args.param))
+        part = make_partition(
+            load_labels(args.dataset, args.root), args.scheme, args.clients, args.seed, **_kv(args.param)
+        )
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(part))
     else:
@@ -56,8 +57,17 @@ def main(argv: list[str] | None = None) -> None:
         preset = yaml.safe_load(Path(args.preset).read_text()) if args.preset else {}
         cfg = FLConfig.from_preset(preset | _kv(args.set), args.dataset)
         method = MethodSpec(args.method, args.method, _kv(args.param))
-        rec = run_cell(cfg, method, args.dataset, args.root, args.partition_file, args.seed, args.out,
-                       work_dir=Path(args.out) / "work", threads=args.threads)
+        rec = run_cell(
+            cfg,
+            method,
+            args.dataset,
+            args.root,
+            args.partition_file,
+            args.seed,
+            args.out,
+            work_dir=Path(args.out) / "work",
+            threads=args.threads,
+        )
         print(json.dumps(rec["last"] | {"diverged": rec["diverged"]}, default=str))
 
 

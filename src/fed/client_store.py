@@ -42,13 +42,15 @@ class ClientStore:
         try:
             return torch.load(latest, weights_only=True, map_location=device)
         except Exception as err:  # a torn file cannot happen (atomic writes); a corrupted disk can
-            raise RuntimeError(f"client state {latest} is unreadable ({err}); delete the run's work directory "
-                               f"to restart the run") from err
+            raise RuntimeError(
+                f"client state {latest} is unreadable ({err}); delete the run's work directory to restart the run"
+            ) from err
 
     def save(self, client: int, round_: int, state: dict[str, Any]) -> None:
         if self.root is None:
-            self._memory.setdefault(client, {})[round_] = {k: v.detach().clone() if torch.is_tensor(v) else v
-                                                           for k, v in state.items()}
+            self._memory.setdefault(client, {})[round_] = {
+                k: v.detach().clone() if torch.is_tensor(v) else v for k, v in state.items()
+            }
             return
         folder = self.root / str(client)
         folder.mkdir(parents=True, exist_ok=True)
@@ -59,8 +61,11 @@ class ClientStore:
     def commit(self, keep_from: int) -> None:
         """Called with each checkpoint: a resume can start from any checkpoint at round >= ``keep_from``, so
         every client keeps its versions after ``keep_from`` and the newest one at or before it."""
-        clients = self._memory if self.root is None else (
-            [int(p.name) for p in self.root.iterdir() if p.is_dir()] if self.root.is_dir() else [])
+        clients = (
+            self._memory
+            if self.root is None
+            else ([int(p.name) for p in self.root.iterdir() if p.is_dir()] if self.root.is_dir() else [])
+        )
         for client in list(clients):
             versions = self._versions(client)
             old = sorted(r for r in versions if r <= keep_from)

@@ -31,7 +31,7 @@ class FLConfig:
     reduction: str = ""  # how this preset departs from the paper (quick configs); shown in captions
 
     @classmethod
-    def from_preset(cls, preset: dict[str, Any], dataset: str) -> "FLConfig":
+    def from_preset(cls, preset: dict[str, Any], dataset: str) -> FLConfig:
         """Build from a config preset; ``model`` may be a per-dataset mapping."""
         known = {f.name for f in dataclasses.fields(cls)}
         unknown = set(preset) - known
@@ -57,7 +57,7 @@ class MethodSpec:
     params: dict[str, Any] = field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, name: str, spec: dict[str, Any]) -> "MethodSpec":
+    def from_config(cls, name: str, spec: dict[str, Any]) -> MethodSpec:
         spec = dict(spec)
         return cls(name=name, algorithm=spec.pop("algorithm", name), params=spec)
 

@@ -36,14 +36,23 @@ from fed.training import LocalStats, SGDSettings, State, local_sgd, mean_loss, s
 
 
 class Context:
-    def __init__(self, cfg: FLConfig, train: TensorDataset, test: TensorDataset, partition: dict, seed: int,
-                 device: torch.device, client_store: ClientStore | None = None,
-                 stages: dict[str, Path] | None = None,
-                 extra_modules: Callable[[nn.Module, tuple], dict[str, nn.Module]] | None = None):
+    def __init__(
+        self,
+        cfg: FLConfig,
+        train: TensorDataset,
+        test: TensorDataset,
+        partition: dict,
+        seed: int,
+        device: torch.device,
+        client_store: ClientStore | None = None,
+        stages: dict[str, Path] | None = None,
+        extra_modules: Callable[[nn.Module, tuple], dict[str, nn.Module]] | None = None,
+    ):
         self.cfg, self.seed, self.device = cfg, seed, device
         self.memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
-        self.train_set = TensorDataset(train.x.to(device, memory_format=self.memory_format), train.y.to(device),
-                                       train.num_classes)
+        self.train_set = TensorDataset(
+            train.x.to(device, memory_format=self.memory_format), train.y.to(device), train.num_classes
+        )
         self.test_set = TensorDataset(test.x.to(device), test.y.to(device), test.num_classes)
         self.num_classes = train.num_classes
         self.input_shape = tuple(train.x.shape[1:])
@@ -112,12 +121,25 @@ class Context:
     # ---------------------------------------------------------------- training
     def sgd_settings(self, epochs: int | None = None, lr: float | None = None) -> SGDSettings:
         cfg = self.cfg
-        return SGDSettings(cfg.lr if lr is None else lr, cfg.momentum, cfg.weight_decay, cfg.batch_size,
-                           cfg.local_epochs if epochs is None else epochs, self.memory_format)
+        return SGDSettings(
+            cfg.lr if lr is None else lr,
+            cfg.momentum,
+            cfg.weight_decay,
+            cfg.batch_size,
+            cfg.local_epochs if epochs is None else epochs,
+            self.memory_format,
+        )
 
-    def train(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-              loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], generator: torch.Generator,
-              epochs: int | None = None, lr: float | None = None) -> LocalStats:
+    def train(
+        self,
+        model: nn.Module,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        generator: torch.Generator,
+        epochs: int | None = None,
+        lr: float | None = None,
+    ) -> LocalStats:
         """Mini-batch SGD with the preset's optimiser settings (``epochs``/``lr`` override them)."""
         return local_sgd(model, x, y, loss_fn, generator, self.sgd_settings(epochs, lr))
 

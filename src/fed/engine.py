@@ -39,11 +39,22 @@ def resolve_device(name: str) -> torch.device:
 
 
 class Engine:
-    def __init__(self, cfg: FLConfig, algorithm: Algorithm, train: TensorDataset, test: TensorDataset,
-                 partition: dict, seed: int, work_dir: str | Path | None = None,
-                 progress: TextIO | None = sys.stderr, label: str = "", warm_start: str | Path | None = None,
-                 stages: dict[str, Path] | None = None, on_round: Callable[[dict], None] | None = None,
-                 on_start: Callable[[str, bool], None] | None = None):
+    def __init__(
+        self,
+        cfg: FLConfig,
+        algorithm: Algorithm,
+        train: TensorDataset,
+        test: TensorDataset,
+        partition: dict,
+        seed: int,
+        work_dir: str | Path | None = None,
+        progress: TextIO | None = sys.stderr,
+        label: str = "",
+        warm_start: str | Path | None = None,
+        stages: dict[str, Path] | None = None,
+        on_round: Callable[[dict], None] | None = None,
+        on_start: Callable[[str, bool], None] | None = None,
+    ):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
         self.work_dir = Path(work_dir) if work_dir else None
         self.warm_start = Path(warm_start) if warm_start else None
@@ -75,15 +86,30 @@ class Engine:
         """Identity of the training trajectory shared by every method that is FedAvg up to some round."""
         if self._prefix_fp is None:
             cfg = {k: v for k, v in self.cfg.to_dict().items() if k not in TRAJECTORY_NEUTRAL}
-            self._prefix_fp = checkpoint.digest([
-                cfg, self.seed, [t.tolist() for t in self.ctx.train_idx], self._data_hash,
-                checkpoint.code_hash(), torch.get_num_threads(), self.ctx.device.type])
+            self._prefix_fp = checkpoint.digest(
+                [
+                    cfg,
+                    self.seed,
+                    [t.tolist() for t in self.ctx.train_idx],
+                    self._data_hash,
+                    checkpoint.code_hash(),
+                    torch.get_num_threads(),
+                    self.ctx.device.type,
+                ]
+            )
         return self._prefix_fp
 
     def fingerprint(self) -> str:
         """Identity of the run; a checkpoint of another identity is never resumed."""
-        return checkpoint.digest([self.prefix_fingerprint(), self.cfg.rounds, type(self.algorithm).__name__,
-                                  hyperparameters(self.algorithm), sorted((k, str(v)) for k, v in self.ctx.stages.items())])
+        return checkpoint.digest(
+            [
+                self.prefix_fingerprint(),
+                self.cfg.rounds,
+                type(self.algorithm).__name__,
+                hyperparameters(self.algorithm),
+                sorted((k, str(v)) for k, v in self.ctx.stages.items()),
+            ]
+        )
 
     # ------------------------------------------------------------------ checkpoints
     @property
@@ -93,11 +119,20 @@ class Engine:
     def save_checkpoint(self, wall: float) -> None:
         if not self.checkpoint_path:
             return
-        checkpoint.save(self.checkpoint_path, {
-            "fingerprint": self.fingerprint(), "prefix_fingerprint": self.prefix_fingerprint(),
-            "round": self.ctx.round, "global_state": self.ctx.global_state, "algorithm": self.algorithm.state_dict(),
-            "history": self.history, "diverged_round": self.diverged_round, "wall_seconds": wall,
-            "ledger": self.ctx.ledger})
+        checkpoint.save(
+            self.checkpoint_path,
+            {
+                "fingerprint": self.fingerprint(),
+                "prefix_fingerprint": self.prefix_fingerprint(),
+                "round": self.ctx.round,
+                "global_state": self.ctx.global_state,
+                "algorithm": self.algorithm.state_dict(),
+                "history": self.history,
+                "diverged_round": self.diverged_round,
+                "wall_seconds": wall,
+                "ledger": self.ctx.ledger,
+            },
+        )
         # the previous checkpoint stays readable as a fallback, so keep the client state it needs
         self.ctx.clients.commit(keep_from=self._previous_round)
         self._previous_round = self.ctx.round
@@ -124,11 +159,15 @@ class Engine:
         ckpt = checkpoint.load_file(self.warm_start, self.ctx.device, "warm start")
         until = self.algorithm.fedavg_until
         if ckpt["prefix_fingerprint"] != self.prefix_fingerprint():
-            raise ValueError(f"warm start {self.warm_start}: other settings, seed, partition, data or code than "
-                             "this run; delete it and rerun, Snakemake recomputes it")
+            raise ValueError(
+                f"warm start {self.warm_start}: other settings, seed, partition, data or code than "
+                "this run; delete it and rerun, Snakemake recomputes it"
+            )
         if ckpt["round"] >= until or ckpt["round"] >= self.cfg.rounds:
-            raise ValueError(f"warm start {self.warm_start} at round {ckpt['round']} does not precede round "
-                             f"{until}, where {type(self.algorithm).__name__} stops being FedAvg")
+            raise ValueError(
+                f"warm start {self.warm_start} at round {ckpt['round']} does not precede round "
+                f"{until}, where {type(self.algorithm).__name__} stops being FedAvg"
+            )
         self._load(ckpt)
         self._log(f"warm-started from {self.warm_start} at round {self.ctx.round}")
 
@@ -150,8 +189,16 @@ class Engine:
                 self.load_warm_start()
         if self.on_start:  # e.g. MLflow: continue the run of this identity, or start it afresh
             self.on_start(self.fingerprint(), resumed)
-        bar = tqdm(total=cfg.rounds, initial=ctx.round, desc=self.label or "rounds", unit="round",
-                   file=self.progress, disable=self.progress is None, mininterval=1.0, dynamic_ncols=True)
+        bar = tqdm(
+            total=cfg.rounds,
+            initial=ctx.round,
+            desc=self.label or "rounds",
+            unit="round",
+            file=self.progress,
+            disable=self.progress is None,
+            mininterval=1.0,
+            dynamic_ncols=True,
+        )
         while ctx.round < cfg.rounds and self.diverged_round is None:
             row = run_round(ctx, self.algorithm)
             diverged = row.pop("diverged")
@@ -180,10 +227,18 @@ class Engine:
             last = {k: math.nan for k in EVALUATED} | {"round": self.diverged_round}
         finite = [r for r in evaluated if math.isfinite(r["global_acc"])]
         best = max(finite, key=lambda r: r["global_acc"]) if finite else {}
-        return {"diverged": self.diverged_round is not None, "diverged_round": self.diverged_round,
-                "rounds_completed": self.ctx.round, "last": last, "best": best, "history": self.history,
-                "wall_seconds": self.wall_before + segment_seconds, "segment_seconds": segment_seconds,
-                "device": str(self.ctx.device), "shared": dict(self.ctx.ledger)}
+        return {
+            "diverged": self.diverged_round is not None,
+            "diverged_round": self.diverged_round,
+            "rounds_completed": self.ctx.round,
+            "last": last,
+            "best": best,
+            "history": self.history,
+            "wall_seconds": self.wall_before + segment_seconds,
+            "segment_seconds": segment_seconds,
+            "device": str(self.ctx.device),
+            "shared": dict(self.ctx.ledger),
+        }
 
     def _log(self, msg: str) -> None:
         if self.progress is not None:

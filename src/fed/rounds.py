@@ -27,10 +27,14 @@ def run_round(ctx: Context, algorithm: Algorithm) -> dict[str, Any]:
     algorithm.server_update(ctx, ctx.model, results)
     ctx.global_state = state_copy(ctx.model)
     n = sum(r.num_samples for r in results)
-    row: dict[str, Any] = {"round": ctx.round,
-                           "train_loss": sum(r.train_loss * r.num_samples for r in results) / max(n, 1),
-                           "local_steps": sum(r.steps for r in results), **ctx.round_metrics}
+    row: dict[str, Any] = {
+        "round": ctx.round,
+        "train_loss": sum(r.train_loss * r.num_samples for r in results) / max(n, 1),
+        "local_steps": sum(r.steps for r in results),
+        **ctx.round_metrics,
+    }
     row["diverged"] = not math.isfinite(row["train_loss"]) or not all(
-        torch.isfinite(v).all() for v in ctx.global_state.values() if v.is_floating_point())
+        torch.isfinite(v).all() for v in ctx.global_state.values() if v.is_floating_point()
+    )
     row["seconds"] = time.perf_counter() - t0
     return row

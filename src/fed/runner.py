@@ -21,8 +21,16 @@ from fed.data.datasets import load_dataset
 from fed.engine import Engine, resolve_device
 
 
-def make_engine(cfg: FLConfig, method: MethodSpec, dataset: str, data_root: str | Path,
-                partition_file: str | Path, seed: int, threads: int = 1, **engine_kwargs) -> Engine:
+def make_engine(
+    cfg: FLConfig,
+    method: MethodSpec,
+    dataset: str,
+    data_root: str | Path,
+    partition_file: str | Path,
+    seed: int,
+    threads: int = 1,
+    **engine_kwargs,
+) -> Engine:
     torch.set_num_threads(threads)
     if resolve_device(cfg.device).type == "cuda":
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
@@ -31,22 +39,50 @@ def make_engine(cfg: FLConfig, method: MethodSpec, dataset: str, data_root: str 
     try:
         partition = json.loads(Path(partition_file).read_text())
     except json.JSONDecodeError as err:
-        raise ValueError(f"partition file {partition_file} is not valid JSON ({err}); delete it and rerun, "
-                         "Snakemake recomputes it") from None
-    return Engine(cfg, build_algorithm(method.algorithm, **method.params), train, test, partition, seed,
-                  label=cell_label(dataset, partition_file, method, seed), **engine_kwargs)
+        raise ValueError(
+            f"partition file {partition_file} is not valid JSON ({err}); delete it and rerun, Snakemake recomputes it"
+        ) from None
+    return Engine(
+        cfg,
+        build_algorithm(method.algorithm, **method.params),
+        train,
+        test,
+        partition,
+        seed,
+        label=cell_label(dataset, partition_file, method, seed),
+        **engine_kwargs,
+    )
 
 
 def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, seed: int) -> str:
     return f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
 
 
-def run_prefix(cfg: FLConfig, dataset: str, data_root: str | Path, partition_file: str | Path, seed: int,
-               out: str | Path, work_dir: str | Path, warm_start: str | Path | None = None, threads: int = 1,
-               progress: TextIO | None = sys.stderr) -> None:
+def run_prefix(
+    cfg: FLConfig,
+    dataset: str,
+    data_root: str | Path,
+    partition_file: str | Path,
+    seed: int,
+    out: str | Path,
+    work_dir: str | Path,
+    warm_start: str | Path | None = None,
+    threads: int = 1,
+    progress: TextIO | None = sys.stderr,
+) -> None:
     """FedAvg up to round ``cfg.rounds``; its final checkpoint (``out``) seeds every start-round run after it."""
-    engine = make_engine(cfg, MethodSpec("fedavg", "fedavg"), dataset, data_root, partition_file, seed, threads,
-                         work_dir=work_dir, warm_start=warm_start, progress=progress)
+    engine = make_engine(
+        cfg,
+        MethodSpec("fedavg", "fedavg"),
+        dataset,
+        data_root,
+        partition_file,
+        seed,
+        threads,
+        work_dir=work_dir,
+        warm_start=warm_start,
+        progress=progress,
+    )
     engine.run()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(engine.checkpoint_path, out)
@@ -83,23 +119,51 @@ def run_cell(
     if tracking:
         from fed.tracking import LiveRun
 
-        params = {"preset": cfg.to_dict(), "method": {"name": method.name, "algorithm": method.algorithm,
-                                                      "params": method.params}, "dataset": dataset, "seed": seed}
-        live = LiveRun(tracking["uri"], tracking["experiment"], cell_label(dataset, partition_file, method, seed),
-                       params, tracking.get("tags", {}))
+        params = {
+            "preset": cfg.to_dict(),
+            "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
+            "dataset": dataset,
+            "seed": seed,
+        }
+        live = LiveRun(
+            tracking["uri"],
+            tracking["experiment"],
+            cell_label(dataset, partition_file, method, seed),
+            params,
+            tracking.get("tags", {}),
+        )
         callbacks = {"on_start": live.start, "on_round": live.log_round}
-    engine = make_engine(cfg, method, dataset, data_root, partition_file, seed, threads, work_dir=work_dir,
-                         warm_start=warm_start, progress=progress, stages=stages, **callbacks)
-    previous = signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() \
-        else None
+    engine = make_engine(
+        cfg,
+        method,
+        dataset,
+        data_root,
+        partition_file,
+        seed,
+        threads,
+        work_dir=work_dir,
+        warm_start=warm_start,
+        progress=progress,
+        stages=stages,
+        **callbacks,
+    )
+    previous = (
+        signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
+    )
     try:
         summary = engine.run()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
         torch.save(engine.global_state, out / "model.pt")  # the final global model (figures invert it)
-        record = {"dataset": dataset, "partition_file": str(partition_file), "seed": seed,
-                  "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
-                  "config": cfg.to_dict(), "identity": engine.fingerprint(), **summary}
+        record = {
+            "dataset": dataset,
+            "partition_file": str(partition_file),
+            "seed": seed,
+            "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
+            "config": cfg.to_dict(),
+            "identity": engine.fingerprint(),
+            **summary,
+        }
         tmp = out / "metrics.json.tmp"
         tmp.write_text(json.dumps(_json_safe(record), indent=1, allow_nan=False))
         scalar_history = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in summary["history"]]

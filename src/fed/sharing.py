@@ -11,8 +11,9 @@ import torch
 import torch.nn.functional as F
 
 
-def mean_batches(x: torch.Tensor, y: torch.Tensor, num_classes: int, size: int,
-                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def mean_batches(
+    x: torch.Tensor, y: torch.Tensor, num_classes: int, size: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """FedMix's averaged data: the client's samples in a random order, cut into groups of ``size`` (the last one
     may be smaller), each group replaced by its mean image and mean one-hot label."""
     order = torch.randperm(len(y), generator=generator).to(y.device)

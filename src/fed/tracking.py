@@ -33,8 +33,9 @@ def init_store(uri: str, experiments: list[str]) -> dict[str, str]:
     With a SQLite store, artifacts go to ``mlflow-artifacts/`` beside the database file (MLflow's default,
     ``./mlruns`` of whatever directory a job runs in, would scatter them)."""
     client = _client(uri)
-    artifact_root = Path(uri.removeprefix("sqlite:///")).parent / "mlflow-artifacts" if uri.startswith("sqlite:///") \
-        else None
+    artifact_root = (
+        Path(uri.removeprefix("sqlite:///")).parent / "mlflow-artifacts" if uri.startswith("sqlite:///") else None
+    )
     ids = {}
     for name in experiments:
         exp = client.get_experiment_by_name(name)
@@ -45,10 +46,12 @@ def init_store(uri: str, experiments: list[str]) -> dict[str, str]:
 
 def git_commit(cwd: str | Path = ".") -> str:
     try:
-        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True,
-                             check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd,
-                               capture_output=True, text=True).stdout.strip()
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=cwd, capture_output=True, text=True, check=True
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"], cwd=cwd, capture_output=True, text=True
+        ).stdout.strip()
         return sha + ("-dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
@@ -81,8 +84,11 @@ def _metrics(row: dict[str, Any], step: int, prefix: str = "") -> list:
     from mlflow.entities import Metric
 
     now = int(time.time() * 1000)
-    return [Metric(f"{prefix}{k}", float(v), now, step) for k, v in row.items()
-            if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)]
+    return [
+        Metric(f"{prefix}{k}", float(v), now, step)
+        for k, v in row.items()
+        if k != "round" and isinstance(v, (int, float)) and not isinstance(v, bool)
+    ]
 
 
 class LiveRun:
@@ -111,8 +117,9 @@ class LiveRun:
                 return old[0].info.run_id
             for run in old:
                 client.delete_run(run.info.run_id)
-            rid = client.create_run(exp_id, run_name=self.run_name,
-                                    tags=self.tags | {"fed.identity": identity}).info.run_id
+            rid = client.create_run(
+                exp_id, run_name=self.run_name, tags=self.tags | {"fed.identity": identity}
+            ).info.run_id
             flat = [Param(k, v[:6000]) for k, v in flatten(self.params).items()]
             for i in range(0, len(flat), MAX_PARAMS_PER_BATCH):
                 client.log_batch(rid, params=flat[i : i + MAX_PARAMS_PER_BATCH])
@@ -129,8 +136,11 @@ class LiveRun:
         for prefix in ("last", "best"):
             metrics += _metrics(summary[prefix], int(summary[prefix].get("round", 0)), f"{prefix}_")
         metrics += _metrics({"wall_seconds": summary["wall_seconds"]}, 0)
-        tags = {"diverged": str(summary["diverged"]).lower(), "device": summary["device"],
-                **{f"shared.{k}": str(v) for k, v in summary.get("shared", {}).items()}}
+        tags = {
+            "diverged": str(summary["diverged"]).lower(),
+            "device": summary["device"],
+            **{f"shared.{k}": str(v) for k, v in summary.get("shared", {}).items()},
+        }
 
         def attempt():
             client = _client(self.uri)
@@ -149,8 +159,16 @@ class LiveRun:
             retry(lambda: _client(self.uri).set_terminated(self.run_id, "FAILED"))
 
 
-def log_run(uri: str, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str],
-            summary: dict[str, Any], artifacts: list[str | Path], identity: str | None = None) -> str:
+def log_run(
+    uri: str,
+    experiment: str,
+    run_name: str,
+    params: dict[str, Any],
+    tags: dict[str, str],
+    summary: dict[str, Any],
+    artifacts: list[str | Path],
+    identity: str | None = None,
+) -> str:
     """Log a finished cell in one go (a run that was not followed live)."""
     run = LiveRun(uri, experiment, run_name, params, tags)
     run.start(identity or run_name, resumed=False)

@@ -34,9 +34,14 @@ class LocalStats:
     steps: int
 
 
-def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
-              loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor], generator: torch.Generator,
-              s: SGDSettings) -> LocalStats:
+def local_sgd(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+    generator: torch.Generator,
+    s: SGDSettings,
+) -> LocalStats:
     """``s.epochs`` epochs of mini-batch SGD on (x, y), batches drawn by ``generator``; model left in train mode."""
     opt = torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
     model.train()
@@ -55,19 +60,27 @@ def local_sgd(model: nn.Module, x: torch.Tensor, y: torch.Tensor,
 
 
 @torch.inference_mode()
-def predict(model: nn.Module, x: torch.Tensor, batch: int = 1000,
-            memory_format: torch.memory_format = torch.contiguous_format) -> torch.Tensor:
+def predict(
+    model: nn.Module, x: torch.Tensor, batch: int = 1000, memory_format: torch.memory_format = torch.contiguous_format
+) -> torch.Tensor:
     model.eval()
     return torch.cat([model(xb.contiguous(memory_format=memory_format)).argmax(1) for xb in x.split(batch)])
 
 
 @torch.inference_mode()
-def mean_loss(model: nn.Module, x: torch.Tensor, y: torch.Tensor, batch: int = 1000,
-              memory_format: torch.memory_format = torch.contiguous_format) -> float:
+def mean_loss(
+    model: nn.Module,
+    x: torch.Tensor,
+    y: torch.Tensor,
+    batch: int = 1000,
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> float:
     """Mean cross-entropy of ``model`` on (x, y), BN in eval mode (e.g. q-FFL's F_k at the global model)."""
     model.eval()
-    total = sum(F.cross_entropy(model(xb.contiguous(memory_format=memory_format)), yb, reduction="sum").item()
-                for xb, yb in zip(x.split(batch), y.split(batch)))
+    total = sum(
+        F.cross_entropy(model(xb.contiguous(memory_format=memory_format)), yb, reduction="sum").item()
+        for xb, yb in zip(x.split(batch), y.split(batch))
+    )
     return total / max(len(y), 1)
 
 

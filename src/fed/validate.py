@@ -22,8 +22,10 @@ def check_config(config: dict[str, Any]) -> list[str]:
     for name, spec in methods.items():
         algo = spec.get("algorithm", name)
         if algo not in ALGORITHMS and algo not in PLANNED:
-            errors.append(f"method {name!r}: unknown algorithm {algo!r}; valid choices: {sorted(ALGORITHMS)}"
-                          f" (planned, not yet implemented: {sorted(PLANNED)})")
+            errors.append(
+                f"method {name!r}: unknown algorithm {algo!r}; valid choices: {sorted(ALGORITHMS)}"
+                f" (planned, not yet implemented: {sorted(PLANNED)})"
+            )
         elif algo in ALGORITHMS:
             try:
                 ALGORITHMS[algo](**{k: v for k, v in spec.items() if k != "algorithm"})

@@ -33,7 +33,7 @@ class ZSDGConfig:
     tv_weight: float = 0.0  # DeepInversion: total-variation prior (0 = off)
 
     @classmethod
-    def from_params(cls, params: dict[str, Any] | None) -> "ZSDGConfig":
+    def from_params(cls, params: dict[str, Any] | None) -> ZSDGConfig:
         params = dict(params or {})
         known = set(asdict(cls()))
         if set(params) - known:
@@ -71,8 +71,10 @@ def zsdg(
         z = inputs[0]
         dims = [d for d in range(z.dim()) if d != 1]
         mean, var = z.mean(dims), z.var(dims, unbiased=False)
-        bn_loss.append((mean - module.running_mean).pow(2).sum()
-                       + ((var + module.eps).sqrt() - (module.running_var + module.eps).sqrt()).pow(2).sum())
+        bn_loss.append(
+            (mean - module.running_mean).pow(2).sum()
+            + ((var + module.eps).sqrt() - (module.running_var + module.eps).sqrt()).pow(2).sum()
+        )
 
     handles = [layer.register_forward_hook(hook) for layer in layers]
     y = torch.arange(num_classes, device=device).repeat_interleave(cfg.per_class)
@@ -104,8 +106,11 @@ def zsdg(
         for p, r in zip(model.parameters(), requires):
             p.requires_grad_(r)
         model.train(was_training)
-    info = {"loss_first": losses[0] if losses else float("nan"), "loss_last": losses[-1] if losses else float("nan"),
-            "source_acc": acc}
+    info = {
+        "loss_first": losses[0] if losses else float("nan"),
+        "loss_last": losses[-1] if losses else float("nan"),
+        "source_acc": acc,
+    }
     return x.detach(), y, info
 
 

@@ -1,11 +1,15 @@
 """Writes tests/data/golden_fedzda_smoke.json. It was run once on the code before the issue-7 refactor (commit e2d9fbb);
 tests/test_architecture.py checks that the refactored engine reproduces it."""
-import json, sys, tempfile
+
+import json
+import sys
+import tempfile
 from pathlib import Path
-from fed.data.datasets import prepare, load_dataset, load_labels
-from fed.data.partition import make_partition
+
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig
+from fed.data.datasets import load_dataset, load_labels, prepare
+from fed.data.partition import make_partition
 from fed.engine import Engine
 
 root = Path(tempfile.mkdtemp())
@@ -14,10 +18,19 @@ train, test = load_dataset("synthetic", root, "train"), load_dataset("synthetic"
 part = make_partition(load_labels("synthetic", root), "unimodal", 10, seed=0)
 SMALL = dict(num_clients=10, fraction=0.3, rounds=3, local_epochs=1, batch_size=20, eval_every=1)
 zs = {"per_class": 2, "iterations": 5}
-methods = {"fedavg": {}, "fedprox": {"mu": 0.01}, "qffl": {"q": 1.0}, "centralized": {},
-           "fedzdac": {"zsdg": zs}, "fedzdas": {"zsdg": zs, "start_round": 2}}
+methods = {
+    "fedavg": {},
+    "fedprox": {"mu": 0.01},
+    "qffl": {"q": 1.0},
+    "centralized": {},
+    "fedzdac": {"zsdg": zs},
+    "fedzdas": {"zsdg": zs, "start_round": 2},
+}
 out = {}
 for name, params in methods.items():
     res = Engine(FLConfig(**SMALL), build_algorithm(name, **params), train, test, part, 0, progress=None).run()
-    out[name] = {"params": params, "history": [{k: v for k, v in r.items() if "seconds" not in k} for r in res["history"]]}
+    out[name] = {
+        "params": params,
+        "history": [{k: v for k, v in r.items() if "seconds" not in k} for r in res["history"]],
+    }
 Path(sys.argv[1]).write_text(json.dumps(out, indent=1))

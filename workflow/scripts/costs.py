@@ -1,4 +1,5 @@
 """Measured cost of every method of a paper's tables: run wall time, seconds per round, generation time."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -1,4 +1,5 @@
 """Draw one of the papers' figures from the cells it reads (see figure_cells in common.smk for their order)."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
@@ -12,8 +13,10 @@ from fed.reporting.zsdg_figures import class_accuracy_table, image_grid
 
 fig, cells = snakemake.params.figure, snakemake.params.cells
 pairs = list(zip(snakemake.input.metrics, snakemake.input.models))
-caption = fig.get("title", fig["output"]) + " — " + "; ".join(
-    f"{name}: {p.get('reduction') or 'paper setting'}" for name, p in snakemake.params.presets.items()
+caption = (
+    fig.get("title", fig["output"])
+    + " — "
+    + "; ".join(f"{name}: {p.get('reduction') or 'paper setting'}" for name, p in snakemake.params.presets.items())
 )
 out = snakemake.output
 
@@ -22,9 +25,15 @@ if fig["kind"] == "start_round_variance":
     for c, (metrics, _) in zip(cells, pairs):
         with open(metrics) as fh:
             rec = json.load(fh)
-        rows.append({"dataset": c["dataset"], "start_round": rec["method"]["params"]["start_round"], "seed": c["seed"],
-                     "diverged": rec["diverged"], **{k: rec["last"][k] for k in ("client_acc_variance",
-                                                                               "class_acc_variance")}})
+        rows.append(
+            {
+                "dataset": c["dataset"],
+                "start_round": rec["method"]["params"]["start_round"],
+                "seed": c["seed"],
+                "diverged": rec["diverged"],
+                **{k: rec["last"][k] for k in ("client_acc_variance", "class_acc_variance")},
+            }
+        )
     df = pd.DataFrame(rows)
     df.to_csv(out.csv, index=False)
     figures.plot_start_round_variance(df[~df.diverged], out.png, caption)

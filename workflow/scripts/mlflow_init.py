@@ -1,4 +1,5 @@
 """Create the MLflow store and experiments once, before training jobs write to it concurrently."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -1,4 +1,5 @@
 """Partition a dataset's training set for one preset (number of clients) and seed."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -1,4 +1,5 @@
 """Figure of a partition: samples per class for every client (like DA-FL Fig. 2)."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

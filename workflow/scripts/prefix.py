@@ -1,4 +1,5 @@
 """Train the FedAvg prefix up to round r (continuing from the next-lower prefix when there is one)."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -1,4 +1,5 @@
 """Cache a dataset as tensors: torchvision download, offline import, or generated synthetic data."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -1,4 +1,5 @@
 """Aggregate an experiment's cells into a reproduction table (csv, md, html)."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -1,4 +1,5 @@
 """Train one cell; progress (rounds, ETA) goes to the rule's log."""
+
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs

@@ -4,10 +4,10 @@ lists the methods of the four papers that are accepted in a config but not yet i
 from fed.algorithms.base import Algorithm, ClientResult, LocalContext
 from fed.algorithms.ccvr import CCVR
 from fed.algorithms.centralized import Centralized
-from fed.algorithms.feddata import FedData
-from fed.algorithms.feddecorr import FedDecorr
 from fed.algorithms.fedavg import FedAvg
 from fed.algorithms.fedbr import FedBR
+from fed.algorithms.feddata import FedData
+from fed.algorithms.feddecorr import FedDecorr
 from fed.algorithms.fedgen import FedGen
 from fed.algorithms.fedlc import FedLC
 from fed.algorithms.fedmix import FedMix, NaiveMix
@@ -21,8 +21,26 @@ from fed.algorithms.scaffold import Scaffold
 
 ALGORITHMS: dict[str, type[Algorithm]] = {
     cls.name: cls
-    for cls in (FedAvg, FedProx, QFFL, Centralized, FedZDAC, FedZDAS, Scaffold, FedNova, Moon, FedMix, NaiveMix,
-                FedDecorr, FedLC, FedNTD, FedBR, CCVR, FedGen, FedData)
+    for cls in (
+        FedAvg,
+        FedProx,
+        QFFL,
+        Centralized,
+        FedZDAC,
+        FedZDAS,
+        Scaffold,
+        FedNova,
+        Moon,
+        FedMix,
+        NaiveMix,
+        FedDecorr,
+        FedLC,
+        FedNTD,
+        FedBR,
+        CCVR,
+        FedGen,
+        FedData,
+    )
 }
 
 PLANNED = {"feddpms", "dafl", "flea"} - set(ALGORITHMS)  # the three papers' own methods (issues 10-12)

@@ -75,13 +75,19 @@ class Algorithm:
         x, y = ctx.client_data(client)
         return self.train_locally(ctx, client, x, y)
 
-    def train_locally(self, ctx: Context, client: int, x: torch.Tensor, y: torch.Tensor,
-                      extra: dict[str, Any] | None = None) -> ClientResult:
+    def train_locally(
+        self, ctx: Context, client: int, x: torch.Tensor, y: torch.Tensor, extra: dict[str, Any] | None = None
+    ) -> ClientResult:
         """``local_epochs`` of mini-batch SGD over ``local_loss`` on (x, y), from the state ``ctx.model`` holds."""
         model = ctx.model
         local = LocalContext(client, [p.detach().clone() for p in model.parameters()], extra or {})
-        stats = ctx.train(model, x, y, lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
-                          ctx.rng("shuffle", ctx.round, client))
+        stats = ctx.train(
+            model,
+            x,
+            y,
+            lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
+            ctx.rng("shuffle", ctx.round, client),
+        )
         return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
 
     def aggregate(self, ctx: Context, results: list[ClientResult]) -> State:

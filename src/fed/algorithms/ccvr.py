@@ -16,8 +16,9 @@ from fed.algorithms.base import Algorithm
 from fed.training import SGDSettings, local_sgd
 
 
-def class_statistics(h: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict[int, tuple[int, torch.Tensor,
-                                                                                          torch.Tensor]]:
+def class_statistics(
+    h: torch.Tensor, y: torch.Tensor, num_classes: int
+) -> dict[int, tuple[int, torch.Tensor, torch.Tensor]]:
     """Per present class: (count, mean, unbiased covariance) of the rows of h."""
     out = {}
     for c in y.unique().tolist():
@@ -27,8 +28,7 @@ def class_statistics(h: torch.Tensor, y: torch.Tensor, num_classes: int) -> dict
     return out
 
 
-def combine_statistics(parts: list[tuple[int, torch.Tensor, torch.Tensor]]) -> tuple[int, torch.Tensor,
-                                                                                     torch.Tensor]:
+def combine_statistics(parts: list[tuple[int, torch.Tensor, torch.Tensor]]) -> tuple[int, torch.Tensor, torch.Tensor]:
     """Pooled (count, mean, unbiased covariance) from per-client ones (exact, no raw features needed)."""
     n = sum(p[0] for p in parts)
     mean = sum(k * m for k, m, _ in parts) / n
@@ -73,7 +73,12 @@ class CCVR(Algorithm):
         for p in head.parameters():
             p.requires_grad_(True)
         ctx.round_metrics["ccvr_loss"] = local_sgd(
-            head, h, y, lambda hb, yb: F.cross_entropy(model.head(hb), yb), ctx.rng("calibrate", ctx.round),
-            SGDSettings(self.lr, batch_size=ctx.cfg.batch_size, epochs=self.epochs)).loss
+            head,
+            h,
+            y,
+            lambda hb, yb: F.cross_entropy(model.head(hb), yb),
+            ctx.rng("calibrate", ctx.round),
+            SGDSettings(self.lr, batch_size=ctx.cfg.batch_size, epochs=self.epochs),
+        ).loss
         for p in model.parameters():
             p.requires_grad_(True)

@@ -32,8 +32,9 @@ def fedbr_terms(model, global_model, x, x_p, tau: float) -> tuple[torch.Tensor, 
 class FedBR(MeanSharing):
     name = "fedbr"
 
-    def __init__(self, lam_cls: float = 1.0, lam_con: float = 1.0, tau: float = 0.5, mean_batch: int = 10,
-                 pseudo_batch: int = 32):
+    def __init__(
+        self, lam_cls: float = 1.0, lam_con: float = 1.0, tau: float = 0.5, mean_batch: int = 10, pseudo_batch: int = 32
+    ):
         super().__init__(lam=0.0, mean_batch=mean_batch)
         self.lam_cls, self.lam_con, self.tau, self.pseudo_batch = lam_cls, lam_con, tau, pseudo_batch
 

@@ -18,8 +18,10 @@ class FedData(Algorithm):
         self.share_fraction = share_fraction
 
     def setup(self, ctx):
-        shares = [share_subset(len(ctx.train_idx[k]), self.share_fraction, ctx.rng("share", k))
-                  for k in range(ctx.num_clients)]
+        shares = [
+            share_subset(len(ctx.train_idx[k]), self.share_fraction, ctx.rng("share", k))
+            for k in range(ctx.num_clients)
+        ]
         self.pool = [ctx.train_idx[k][s] for k, s in enumerate(shares)]  # dataset indices, per owner
         ctx.share("raw_samples", sum(len(p) for p in self.pool))
 

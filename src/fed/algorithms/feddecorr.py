@@ -1,7 +1,7 @@
 """FedDecorr (Shi et al., ICLR 2023): against dimensional collapse, penalise correlated feature dimensions.
 
-    ẑ = standardised features of the batch (per dimension),  K = ẑᵀẑ / N,  L_decorr = ‖K‖_F² / d²
-    loss = CE + β L_decorr
+ẑ = standardised features of the batch (per dimension),  K = ẑᵀẑ / N,  L_decorr = ‖K‖_F² / d²
+loss = CE + β L_decorr
 """
 
 from __future__ import annotations

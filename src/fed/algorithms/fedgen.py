@@ -32,8 +32,9 @@ class Generator(nn.Module):
         super().__init__()
         self.noise_dim, self.num_classes, self.feature_shape = noise_dim, num_classes, feature_shape
         out = int(torch.tensor(feature_shape).prod())
-        self.net = nn.Sequential(nn.Linear(noise_dim + num_classes, hidden), nn.BatchNorm1d(hidden), nn.ReLU(),
-                                 nn.Linear(hidden, out))
+        self.net = nn.Sequential(
+            nn.Linear(noise_dim + num_classes, hidden), nn.BatchNorm1d(hidden), nn.ReLU(), nn.Linear(hidden, out)
+        )
 
     def forward(self, y: torch.Tensor, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
         eps = torch.randn(len(y), self.noise_dim, generator=generator).to(y.device)
@@ -44,8 +45,14 @@ class Generator(nn.Module):
 class FedGen(Algorithm):
     name = "fedgen"
 
-    def __init__(self, alpha: float = 1.0, noise_dim: int = 32, generator_steps: int = 50, generator_lr: float = 1e-3,
-                 batch: int = 32):
+    def __init__(
+        self,
+        alpha: float = 1.0,
+        noise_dim: int = 32,
+        generator_steps: int = 50,
+        generator_lr: float = 1e-3,
+        batch: int = 32,
+    ):
         self.alpha, self.noise_dim, self.generator_steps = alpha, noise_dim, generator_steps
         self.generator_lr, self.batch = generator_lr, batch
         self.trained = False
@@ -56,8 +63,9 @@ class FedGen(Algorithm):
             shape = tuple(ctx.model.features(torch.zeros(2, *ctx.input_shape, device=ctx.device)).shape[1:])
         torch.manual_seed(ctx.seed_int("generator-init"))
         self.generator = Generator(self.noise_dim, ctx.num_classes, shape).to(ctx.device)
-        self.counts = torch.stack([torch.bincount(ctx.client_data(k)[1], minlength=ctx.num_classes)
-                                   for k in range(ctx.num_clients)]).float()
+        self.counts = torch.stack(
+            [torch.bincount(ctx.client_data(k)[1], minlength=ctx.num_classes) for k in range(ctx.num_clients)]
+        ).float()
         ctx.share("label_counts", ctx.num_clients)
 
     def sample_labels(self, n: int, generator: torch.Generator) -> torch.Tensor:
@@ -65,8 +73,9 @@ class FedGen(Algorithm):
 
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
-        return self.train_locally(ctx, client, *ctx.client_data(client),
-                                  extra={"rng": ctx.rng("fedgen-client", ctx.round, client)})
+        return self.train_locally(
+            ctx, client, *ctx.client_data(client), extra={"rng": ctx.rng("fedgen-client", ctx.round, client)}
+        )
 
     def local_loss(self, model, x, y, local, ctx):
         loss = F.cross_entropy(model(x), y)

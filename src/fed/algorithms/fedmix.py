@@ -39,8 +39,10 @@ class MeanSharing(Algorithm):
         self.lam, self.mean_batch = lam, mean_batch
 
     def setup(self, ctx):
-        means = [mean_batches(*ctx.client_data(k), ctx.num_classes, self.mean_batch, ctx.rng("share", k))
-                 for k in range(ctx.num_clients)]
+        means = [
+            mean_batches(*ctx.client_data(k), ctx.num_classes, self.mean_batch, ctx.rng("share", k))
+            for k in range(ctx.num_clients)
+        ]
         self.owner = torch.cat([torch.full((len(m[1]),), k) for k, m in enumerate(means)])
         self.x_bar, self.y_bar = (torch.cat(parts) for parts in zip(*means))
         ctx.share("mean_batches", len(self.owner))
@@ -48,8 +50,9 @@ class MeanSharing(Algorithm):
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
         pool = torch.nonzero(self.owner != client).flatten()
-        return self.train_locally(ctx, client, *ctx.client_data(client),
-                                  extra={"pool": pool, "rng": ctx.rng("mix", ctx.round, client)})
+        return self.train_locally(
+            ctx, client, *ctx.client_data(client), extra={"pool": pool, "rng": ctx.rng("mix", ctx.round, client)}
+        )
 
     def draw(self, local, n):
         """Random means (x̄, ȳ) from the pool, one per sample."""

@@ -8,8 +8,6 @@ BN buffers are averaged with weights p_i.
 
 from __future__ import annotations
 
-import torch
-
 from fed.algorithms.base import Algorithm, State
 from fed.training import average_states
 
@@ -20,8 +18,9 @@ def normaliser(steps: int, momentum: float) -> float:
     return (steps - momentum * (1 - momentum**steps) / (1 - momentum)) / (1 - momentum)
 
 
-def fednova_update(global_state: State, client_states: list[State], steps: list[int], sizes: list[int],
-                   momentum: float, keys: set[str]) -> State:
+def fednova_update(
+    global_state: State, client_states: list[State], steps: list[int], sizes: list[int], momentum: float, keys: set[str]
+) -> State:
     """FedNova's server step on the entries ``keys`` (pure function, tested by hand)."""
     p = [n / sum(sizes) for n in sizes]
     a = [normaliser(t, momentum) for t in steps]
@@ -40,6 +39,14 @@ class FedNova(Algorithm):
     def aggregate(self, ctx, results) -> State:
         sizes = [r.num_samples for r in results]
         new = average_states([r.state for r in results], sizes)
-        new.update(fednova_update(ctx.global_state, [r.state for r in results], [r.steps for r in results], sizes,
-                                  ctx.cfg.momentum, {n for n, _ in ctx.model.named_parameters()}))
+        new.update(
+            fednova_update(
+                ctx.global_state,
+                [r.state for r in results],
+                [r.steps for r in results],
+                sizes,
+                ctx.cfg.momentum,
+                {n for n, _ in ctx.model.named_parameters()},
+            )
+        )
         return new

@@ -1,7 +1,7 @@
 """FedNTD (Lee et al., NeurIPS 2022): preserve the global model's knowledge on the not-true classes.
 
-    q̃_τ = softmax over the classes c ≠ y of z/τ, for the local (l) and the round's global (g) model
-    loss = CE + β τ² KL(q̃_τ^g ‖ q̃_τ^l)
+q̃_τ = softmax over the classes c ≠ y of z/τ, for the local (l) and the round's global (g) model
+loss = CE + β τ² KL(q̃_τ^g ‖ q̃_τ^l)
 """
 
 from __future__ import annotations

@@ -42,8 +42,15 @@ class _ZeroShotAugmentation(Algorithm):
         """ZSDG from ``model`` with the stream (seed, "zsdg", round, key); cost and quality go to the round's
         metrics (summed seconds, mean source-model accuracy on the generated samples)."""
         t0 = time.perf_counter()
-        x, y, info = zsdg(model, ctx.num_classes, ctx.input_shape, self.zsdg,
-                          ctx.rng("zsdg", ctx.round, key), ctx.device, ctx.memory_format)
+        x, y, info = zsdg(
+            model,
+            ctx.num_classes,
+            ctx.input_shape,
+            self.zsdg,
+            ctx.rng("zsdg", ctx.round, key),
+            ctx.device,
+            ctx.memory_format,
+        )
         m = ctx.round_metrics
         n = m.get("zsdg_calls", 0)
         m["zsdg_source_acc"] = (m.get("zsdg_source_acc", 0.0) * n + info["source_acc"]) / (n + 1)
@@ -68,8 +75,9 @@ class FedZDAC(_ZeroShotAugmentation):
 class FedZDAS(_ZeroShotAugmentation):
     name = "fedzdas"
 
-    def __init__(self, start_round: int = 1, zsdg: dict | None = None, server_epochs: int = 1,
-                 server_lr: float | None = None):
+    def __init__(
+        self, start_round: int = 1, zsdg: dict | None = None, server_epochs: int = 1, server_lr: float | None = None
+    ):
         super().__init__(start_round, zsdg)
         self.server_epochs, self.server_lr = server_epochs, server_lr
 
@@ -83,5 +91,11 @@ class FedZDAS(_ZeroShotAugmentation):
             fakes.append(self.generate(ctx, source, r.client))
         x, y = (torch.cat(parts) for parts in zip(*fakes))
         ctx.round_metrics["server_loss"] = ctx.train(
-            model, x, y, lambda xb, yb: F.cross_entropy(model(xb), yb), ctx.rng("server", ctx.round),
-            epochs=self.server_epochs, lr=self.server_lr).loss
+            model,
+            x,
+            y,
+            lambda xb, yb: F.cross_entropy(model(xb), yb),
+            ctx.rng("server", ctx.round),
+            epochs=self.server_epochs,
+            lr=self.server_lr,
+        ).loss

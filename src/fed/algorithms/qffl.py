@@ -35,13 +35,22 @@ class QFFL(Algorithm):
     def aggregate(self, ctx, results) -> State:
         params = {name for name, _ in ctx.model.named_parameters()}
         new = average_states([r.state for r in results], [1.0] * len(results))  # buffers: simple mean
-        new.update(qffl_update(ctx.global_state, [r.state for r in results], [r.extra["F"] for r in results],
-                               self.q, ctx.cfg.lr, params))
+        new.update(
+            qffl_update(
+                ctx.global_state,
+                [r.state for r in results],
+                [r.extra["F"] for r in results],
+                self.q,
+                ctx.cfg.lr,
+                params,
+            )
+        )
         return new
 
 
-def qffl_update(global_state: State, client_states: list[State], losses: list[float], q: float, lr: float,
-                keys: set[str]) -> State:
+def qffl_update(
+    global_state: State, client_states: list[State], losses: list[float], q: float, lr: float, keys: set[str]
+) -> State:
     """The q-FFL server step on the entries ``keys`` of the state dicts (pure function, tested by hand)."""
     L = 1.0 / lr
     keys = [k for k in global_state if k in keys]

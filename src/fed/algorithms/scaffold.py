@@ -15,8 +15,9 @@ import torch
 from fed.algorithms.base import Algorithm, ClientResult
 
 
-def control_variate_update(c_i: list[torch.Tensor], c: list[torch.Tensor], x: list[torch.Tensor],
-                           y: list[torch.Tensor], steps: int, lr: float) -> list[torch.Tensor]:
+def control_variate_update(
+    c_i: list[torch.Tensor], c: list[torch.Tensor], x: list[torch.Tensor], y: list[torch.Tensor], steps: int, lr: float
+) -> list[torch.Tensor]:
     """Option II: c_i⁺ = c_i − c + (x − y) / (K η_l)."""
     return [ci - cg + (xg - yl) / (steps * lr) for ci, cg, xg, yl in zip(c_i, c, x, y)]
 
@@ -39,10 +40,12 @@ class Scaffold(Algorithm):
         ctx.model.load_state_dict(ctx.global_state)
         x_global = [p.detach().clone() for p in ctx.model.parameters()]
         c_i = ctx.load_client_state(client).get("c_i") or [torch.zeros_like(c) for c in self.c]
-        result = self.train_locally(ctx, client, *ctx.client_data(client),
-                                    extra={"correction": [cg - ci for cg, ci in zip(self.c, c_i)]})
-        c_new = control_variate_update(c_i, self.c, x_global, [p.detach() for p in ctx.model.parameters()],
-                                       result.steps, ctx.cfg.lr)
+        result = self.train_locally(
+            ctx, client, *ctx.client_data(client), extra={"correction": [cg - ci for cg, ci in zip(self.c, c_i)]}
+        )
+        c_new = control_variate_update(
+            c_i, self.c, x_global, [p.detach() for p in ctx.model.parameters()], result.steps, ctx.cfg.lr
+        )
         ctx.save_client_state(client, {"c_i": c_new})
         result.extra["delta_c"] = [a - b for a, b in zip(c_new, c_i)]
         return result

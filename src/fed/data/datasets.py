@@ -34,17 +34,57 @@ class DatasetInfo:
 DATASETS: dict[str, DatasetInfo] = {
     d.name: d
     for d in [
-        DatasetInfo("mnist", "MNIST", 1, 28, 10, (0.1307,), (0.3081,),
-                    "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz"),
-        DatasetInfo("fmnist", "FashionMNIST", 1, 28, 10, (0.2860,), (0.3530,),
-                    "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "
-                    "(or: apt-get install dataset-fashion-mnist)"),
-        DatasetInfo("cifar10", "CIFAR10", 3, 32, 10, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
-                    "cifar-10-python.tar.gz (extracted: cifar-10-batches-py/)"),
-        DatasetInfo("cifar100", "CIFAR100", 3, 32, 100, (0.5071, 0.4865, 0.4409), (0.2673, 0.2564, 0.2762),
-                    "cifar-100-python.tar.gz (extracted: cifar-100-python/)"),
-        DatasetInfo("svhn", "SVHN", 3, 32, 10, (0.4377, 0.4438, 0.4728), (0.1980, 0.2010, 0.1970),
-                    "train_32x32.mat and test_32x32.mat"),
+        DatasetInfo(
+            "mnist",
+            "MNIST",
+            1,
+            28,
+            10,
+            (0.1307,),
+            (0.3081,),
+            "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz",
+        ),
+        DatasetInfo(
+            "fmnist",
+            "FashionMNIST",
+            1,
+            28,
+            10,
+            (0.2860,),
+            (0.3530,),
+            "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "
+            "(or: apt-get install dataset-fashion-mnist)",
+        ),
+        DatasetInfo(
+            "cifar10",
+            "CIFAR10",
+            3,
+            32,
+            10,
+            (0.4914, 0.4822, 0.4465),
+            (0.2470, 0.2435, 0.2616),
+            "cifar-10-python.tar.gz (extracted: cifar-10-batches-py/)",
+        ),
+        DatasetInfo(
+            "cifar100",
+            "CIFAR100",
+            3,
+            32,
+            100,
+            (0.5071, 0.4865, 0.4409),
+            (0.2673, 0.2564, 0.2762),
+            "cifar-100-python.tar.gz (extracted: cifar-100-python/)",
+        ),
+        DatasetInfo(
+            "svhn",
+            "SVHN",
+            3,
+            32,
+            10,
+            (0.4377, 0.4438, 0.4728),
+            (0.1980, 0.2010, 0.1970),
+            "train_32x32.mat and test_32x32.mat",
+        ),
         DatasetInfo("synthetic", None, 1, 28, 10, (0.5,), (0.25,), "(generated, nothing to download)"),
     ]
 }
@@ -146,7 +186,7 @@ def _torchvision_arrays(meta: DatasetInfo, root: Path, split: str, download: boo
         raise DatasetUnavailableError(
             f"dataset {meta.name!r} ({split}) is not under {root.resolve()} and could not be downloaded "
             f"({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. copy them from "
-            f"a machine with internet, where `python -c \"import torchvision; torchvision.datasets.{meta.tv_class}"
+            f'a machine with internet, where `python -c "import torchvision; torchvision.datasets.{meta.tv_class}'
             f"('{root}', download=True)\"` fetches them — then rerun."
         ) from err
     x = torch.as_tensor(np.asarray(ds.data))  # MNIST-like (N,H,W); CIFAR (N,H,W,C); SVHN (N,C,H,W)

@@ -189,8 +189,10 @@ def make_partition(
     for idx in parts:
         train, test = local_split(labels, idx, local_test_fraction, split_rng)
         clients.append({"train": train.tolist(), "test": test.tolist()})
-    counts = [np.bincount(labels[np.asarray(c["train"] + c["test"], dtype=np.int64)], minlength=num_classes).tolist()
-              for c in clients]
+    counts = [
+        np.bincount(labels[np.asarray(c["train"] + c["test"], dtype=np.int64)], minlength=num_classes).tolist()
+        for c in clients
+    ]
     return {
         "scheme": scheme,
         "params": params,

@@ -16,8 +16,11 @@ class FedZDAMnistCNN(SequentialSplit):
     """MNIST/FMNIST: conv5x5-16 and conv5x5-32, each BN + ReLU + 2x2 max-pool, then one FC layer."""
 
     def __init__(self, in_channels: int = 1, num_classes: int = 10, image_size: int = 28):
-        super().__init__(nn.Sequential(_conv_block(in_channels, 16, 5), _conv_block(16, 32, 5), nn.Flatten()),
-                         nn.Linear(32 * (image_size // 4) ** 2, num_classes), cut_layer="body.2")
+        super().__init__(
+            nn.Sequential(_conv_block(in_channels, 16, 5), _conv_block(16, 32, 5), nn.Flatten()),
+            nn.Linear(32 * (image_size // 4) ** 2, num_classes),
+            cut_layer="body.2",
+        )
 
 
 class FedZDACifarCNN(SequentialSplit):
@@ -26,6 +29,12 @@ class FedZDACifarCNN(SequentialSplit):
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32):
         super().__init__(
             nn.Sequential(_conv_block(in_channels, 16, 3), _conv_block(16, 16, 3), nn.Flatten()),
-            nn.Sequential(nn.Linear(16 * (image_size // 4) ** 2, 80), nn.ReLU(), nn.Linear(80, 60), nn.ReLU(),
-                          nn.Linear(60, num_classes)),
-            cut_layer="body.2")
+            nn.Sequential(
+                nn.Linear(16 * (image_size // 4) ** 2, 80),
+                nn.ReLU(),
+                nn.Linear(80, 60),
+                nn.ReLU(),
+                nn.Linear(60, num_classes),
+            ),
+            cut_layer="body.2",
+        )

@@ -16,17 +16,26 @@ from torchvision.ops.misc import Conv2dNormActivation
 
 from fed.models.base import SplitModel
 
-CIFAR_SETTING = [[1, 16, 1, 1], [6, 24, 2, 1], [6, 32, 3, 2], [6, 64, 4, 2], [6, 96, 3, 1], [6, 160, 3, 2],
-                 [6, 320, 1, 1]]
+CIFAR_SETTING = [
+    [1, 16, 1, 1],
+    [6, 24, 2, 1],
+    [6, 32, 3, 2],
+    [6, 64, 4, 2],
+    [6, 96, 3, 1],
+    [6, 160, 3, 2],
+    [6, 320, 1, 1],
+]
 
 
 class MobileNetV2(SplitModel):
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32, cut: int | None = None):
         super().__init__()
-        net = torchvision.models.MobileNetV2(num_classes=num_classes, inverted_residual_setting=CIFAR_SETTING,
-                                             dropout=0.0)
-        net.features[0] = Conv2dNormActivation(in_channels, 32, stride=1, norm_layer=nn.BatchNorm2d,
-                                               activation_layer=nn.ReLU6)
+        net = torchvision.models.MobileNetV2(
+            num_classes=num_classes, inverted_residual_setting=CIFAR_SETTING, dropout=0.0
+        )
+        net.features[0] = Conv2dNormActivation(
+            in_channels, 32, stride=1, norm_layer=nn.BatchNorm2d, activation_layer=nn.ReLU6
+        )
         self.net = net
         last = len(net.features) - 1
         self.cut = last if cut is None else cut

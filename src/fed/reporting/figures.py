@@ -20,9 +20,14 @@ def plot_partition(part: dict, out: str | Path, title: str) -> None:
     xs, ys = np.nonzero(counts)
     sizes = counts[xs, ys]
     ax.scatter(xs, ys, s=300 * sizes / max(sizes.max(), 1), alpha=0.6, color="tab:blue")
-    ax.set(xlabel="client", ylabel="class", title=f"{title}\n{k} clients, {counts.sum()} samples "
-           f"(min/median/max per client {counts.sum(1).min()}/{int(np.median(counts.sum(1)))}/{counts.sum(1).max()})",
-           yticks=range(c), xlim=(-1, k))
+    ax.set(
+        xlabel="client",
+        ylabel="class",
+        title=f"{title}\n{k} clients, {counts.sum()} samples "
+        f"(min/median/max per client {counts.sum(1).min()}/{int(np.median(counts.sum(1)))}/{counts.sum(1).max()})",
+        yticks=range(c),
+        xlim=(-1, k),
+    )
     fig.tight_layout()
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out, dpi=110)
@@ -45,12 +50,19 @@ def plot_start_round_variance(df, out: str | Path, title: str) -> None:
     """Fed-ZDA Fig. 5: client- and class-level variance (mean ± std over seeds) against the start round.
     ``df`` has columns dataset, start_round, seed, client_acc_variance, class_acc_variance."""
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.6))
-    for ax, metric, label in zip(axes, ["client_acc_variance", "class_acc_variance"],
-                                 ["client-level variance (%²)", "class-level variance (%²)"]):
+    for ax, metric, label in zip(
+        axes, ["client_acc_variance", "class_acc_variance"], ["client-level variance (%²)", "class-level variance (%²)"]
+    ):
         for dataset, g in df.groupby("dataset"):
             stats = g.groupby("start_round")[metric].agg(["mean", "std", "count"]).reset_index()
-            ax.errorbar(stats["start_round"], stats["mean"], yerr=stats["std"].fillna(0), marker="o", capsize=4,
-                        label=f"{dataset} (n={int(stats['count'].min())} seeds)")
+            ax.errorbar(
+                stats["start_round"],
+                stats["mean"],
+                yerr=stats["std"].fillna(0),
+                marker="o",
+                capsize=4,
+                label=f"{dataset} (n={int(stats['count'].min())} seeds)",
+            )
         ax.set(xlabel="start round of augmentation", ylabel=label, xticks=sorted(df["start_round"].unique()))
         ax.legend(fontsize=8)
     _title(fig, title)

@@ -36,11 +36,18 @@ def collect_runs(cells: list[dict]) -> pd.DataFrame:
             for metric, value in summary[protocol].items():
                 value = math.nan if value is None and summary["diverged"] else value  # strict JSON: NaN as null
                 if isinstance(value, (int, float)) and metric != "round":
-                    rows.append({**{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
-                                 "protocol": protocol, "metric": metric, "value": float(value),
-                                 "diverged": summary["diverged"]})
-    return pd.DataFrame(rows, columns=["dataset", "partition", "method", "seed", "protocol", "metric", "value",
-                                       "diverged"])
+                    rows.append(
+                        {
+                            **{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
+                            "protocol": protocol,
+                            "metric": metric,
+                            "value": float(value),
+                            "diverged": summary["diverged"],
+                        }
+                    )
+    return pd.DataFrame(
+        rows, columns=["dataset", "partition", "method", "seed", "protocol", "metric", "value", "diverged"]
+    )
 
 
 def fmt(mean: float, std: float, digits: int = 2) -> str:
@@ -49,8 +56,17 @@ def fmt(mean: float, std: float, digits: int = 2) -> str:
     return f"{mean:.{digits}f}" + (f" ± {std:.{digits}f}" if math.isfinite(std) else "")
 
 
-def build_table(runs: pd.DataFrame, paper: pd.DataFrame, table: str, datasets: list[str], partitions: list[str],
-                methods: dict[str, str], metrics: list[str], protocol: str, implemented: set[str]) -> pd.DataFrame:
+def build_table(
+    runs: pd.DataFrame,
+    paper: pd.DataFrame,
+    table: str,
+    datasets: list[str],
+    partitions: list[str],
+    methods: dict[str, str],
+    metrics: list[str],
+    protocol: str,
+    implemented: set[str],
+) -> pd.DataFrame:
     """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
     never averaged in."""
     ref = paper[paper["table"] == table].set_index(["dataset", "partition", "method", "metric"])
@@ -61,10 +77,23 @@ def build_table(runs: pd.DataFrame, paper: pd.DataFrame, table: str, datasets: l
                 for metric in metrics:
                     key = (dataset, partition, paper_method, metric)
                     p_val, p_std = (ref.loc[key, "value"], ref.loc[key, "std"]) if key in ref.index else ("", "")
-                    row = {"dataset": dataset, "partition": partition, "method": variant, "metric": metric,
-                           "paper": p_val + (f" ± {p_std}" if p_std else "") if p_val else "not reported"}
-                    sel = runs[(runs.dataset == dataset) & (runs.partition == partition) & (runs.method == variant)
-                               & (runs.metric == metric)] if len(runs) else runs
+                    row = {
+                        "dataset": dataset,
+                        "partition": partition,
+                        "method": variant,
+                        "metric": metric,
+                        "paper": p_val + (f" ± {p_std}" if p_std else "") if p_val else "not reported",
+                    }
+                    sel = (
+                        runs[
+                            (runs.dataset == dataset)
+                            & (runs.partition == partition)
+                            & (runs.method == variant)
+                            & (runs.metric == metric)
+                        ]
+                        if len(runs)
+                        else runs
+                    )
                     row |= _ours(sel, protocol, variant in implemented, float(p_val) if p_val else math.nan)
                     rows.append(row)
     return pd.DataFrame(rows)
@@ -72,8 +101,14 @@ def build_table(runs: pd.DataFrame, paper: pd.DataFrame, table: str, datasets: l
 
 def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: float) -> dict:
     if not implemented:
-        return {"ours": NOT_IMPLEMENTED, "ours_mean": math.nan, "ours_std": math.nan, "seeds": 0,
-                "delta": math.nan, "status": NOT_IMPLEMENTED}
+        return {
+            "ours": NOT_IMPLEMENTED,
+            "ours_mean": math.nan,
+            "ours_std": math.nan,
+            "seeds": 0,
+            "delta": math.nan,
+            "status": NOT_IMPLEMENTED,
+        }
     out = {}
     for prot in dict.fromkeys([protocol, "last"]):
         s = sel[sel.protocol == prot]
@@ -83,8 +118,13 @@ def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: floa
         out[col] = fmt(mean, std)
         if prot == protocol:
             n_div = int(s.diverged.astype(bool).sum())
-            out |= {"ours_mean": mean, "ours_std": std, "seeds": n, "delta": mean - paper_value,
-                    "status": f"{n_div} of {n + n_div} seeds diverged" if n_div else ("ok" if n else "no runs")}
+            out |= {
+                "ours_mean": mean,
+                "ours_std": std,
+                "seeds": n,
+                "delta": mean - paper_value,
+                "status": f"{n_div} of {n + n_div} seeds diverged" if n_div else ("ok" if n else "no runs"),
+            }
     return out
 
 
@@ -105,7 +145,8 @@ def write_frame(df: pd.DataFrame, out_prefix: str | Path, caption: str, csv_fram
     out.with_suffix(".html").write_text(
         "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
         "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}caption{text-align:left;"
-        f"font-weight:bold;margin:6px 0}}</style><p>{_html_escape(caption)}</p>{html}\n")
+        f"font-weight:bold;margin:6px 0}}</style><p>{_html_escape(caption)}</p>{html}\n"
+    )
 
 
 def _html_escape(s: str) -> str:
@@ -120,17 +161,31 @@ def cost_table(cells: list[dict]) -> pd.DataFrame:
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
         hist = pd.DataFrame(summary["history"])
-        rows.append({**{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
-                     "wall_seconds": summary["wall_seconds"], "rounds": summary["rounds_completed"],
-                     "seconds_per_round": hist["seconds"].mean(),
-                     "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0,
-                     "zsdg_source_acc": hist["zsdg_source_acc"].mean() if "zsdg_source_acc" in hist else math.nan})
-    df = pd.DataFrame(rows).groupby(["dataset", "partition", "method"], sort=False).agg(
-        seeds=("seed", "count"), wall_seconds=("wall_seconds", "mean"), rounds=("rounds", "max"),
-        seconds_per_round=("seconds_per_round", "mean"),
-        zsdg_seconds_per_round=("zsdg_seconds_per_round", "mean"),
-        zsdg_source_acc=("zsdg_source_acc", "mean")).reset_index()
+        rows.append(
+            {
+                **{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
+                "wall_seconds": summary["wall_seconds"],
+                "rounds": summary["rounds_completed"],
+                "seconds_per_round": hist["seconds"].mean(),
+                "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0,
+                "zsdg_source_acc": hist["zsdg_source_acc"].mean() if "zsdg_source_acc" in hist else math.nan,
+            }
+        )
+    df = (
+        pd.DataFrame(rows)
+        .groupby(["dataset", "partition", "method"], sort=False)
+        .agg(
+            seeds=("seed", "count"),
+            wall_seconds=("wall_seconds", "mean"),
+            rounds=("rounds", "max"),
+            seconds_per_round=("seconds_per_round", "mean"),
+            zsdg_seconds_per_round=("zsdg_seconds_per_round", "mean"),
+            zsdg_source_acc=("zsdg_source_acc", "mean"),
+        )
+        .reset_index()
+    )
     base = df[df.method == "fedavg"].set_index(["dataset", "partition"])["wall_seconds"]
-    df["relative_to_fedavg"] = [row.wall_seconds / base.get((row.dataset, row.partition), math.nan)
-                                for row in df.itertuples()]
+    df["relative_to_fedavg"] = [
+        row.wall_seconds / base.get((row.dataset, row.partition), math.nan) for row in df.itertuples()
+    ]
     return df.round(2)

@@ -28,7 +28,9 @@ def load_cell_model(metrics_path: str | Path, model_path: str | Path) -> tuple[t
 def _generate(model, record, zsdg_params, seed):
     meta = info(record["dataset"])
     cfg = ZSDGConfig.from_params(zsdg_params)
-    return zsdg(model, meta.num_classes, (meta.channels, meta.size, meta.size), cfg, torch.Generator().manual_seed(seed))
+    return zsdg(
+        model, meta.num_classes, (meta.channels, meta.size, meta.size), cfg, torch.Generator().manual_seed(seed)
+    )
 
 
 def class_accuracy_table(pairs, zsdg_params: dict) -> pd.DataFrame:
