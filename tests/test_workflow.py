@@ -71,6 +71,29 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     zdac = next(r for r in runs if r.data.tags["method"] == "fedzdac")
     assert len(client.get_metric_history(zdac.info.run_id, "zsdg_seconds")) == 3  # generation cost, every round
 
+    # every baseline ran through Snakemake and MLflow, under its own experiment
+    base = client.search_runs([client.get_experiment_by_name("baselines").experiment_id])
+    assert sorted(r.data.tags["method"] for r in base) == sorted(
+        [
+            "fedavg",
+            "scaffold",
+            "fednova",
+            "moon",
+            "fedmix",
+            "naivemix",
+            "feddecorr",
+            "fedlc",
+            "fedntd",
+            "fedbr",
+            "ccvr",
+            "fedgen",
+            "feddata",
+        ]
+    )
+    assert all(r.info.status == "FINISHED" and r.data.tags["fed.identity"] for r in base)
+    shared = {r.data.tags["method"]: r.data.tags.get("shared.raw_samples") for r in base}
+    assert shared["feddata"] and int(float(shared["feddata"])) > 0 and shared["fedavg"] is None
+
     costs = pd.read_csv(tmp_path / "reports/tables/fedzda/costs_smoke.csv")
     assert (costs[costs.method == "fedavg"].relative_to_fedavg == 1).all()
     assert (costs[costs.method == "fedzdac"].zsdg_seconds_per_round > 0).all()
