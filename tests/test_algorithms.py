@@ -56,3 +56,18 @@ def test_unknown_and_planned_algorithms_are_explained():
         build_algorithm("flea")
     with pytest.raises(ValueError, match="q must be >= 0"):
         build_algorithm("qffl", q=-1)
+
+
+def test_hyperparameters_cover_nested_settings_and_skip_state():
+    from fed.algorithms.base import hyperparameters
+
+    a, b = build_algorithm("fedzdac", zsdg={"iterations": 5}), build_algorithm("fedzdac", zsdg={"iterations": 6})
+    assert hyperparameters(a) != hyperparameters(b)  # the ZSDG budget is part of a run's identity
+    assert hyperparameters(a)["zsdg"]["iterations"] == 5
+    scaffold = build_algorithm("scaffold")
+    scaffold.c = [torch.zeros(3)]  # method state, not a setting: it must not change a run's identity
+    assert hyperparameters(scaffold) == {"global_lr": 1.0}
+    fedgen = build_algorithm("fedgen")
+    before = hyperparameters(fedgen)
+    fedgen._trained = True
+    assert hyperparameters(fedgen) == before

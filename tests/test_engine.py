@@ -1,3 +1,4 @@
+import io
 import json
 import math
 import signal
@@ -187,7 +188,11 @@ def test_client_state_on_disk_survives_a_torn_checkpoint(setup, tmp_path, algo):
     assert clients and all(len(list((work / "clients" / c).glob("r*.pt"))) <= 2 for c in clients)
     ckpt = work / "checkpoint.pt"
     ckpt.write_bytes(ckpt.read_bytes()[:100])  # torn: unreadable
-    again = run(setup, algo, work_dir=work, rounds=4, checkpoint_every=1, fraction=0.5)
+    train, test, part, _ = setup
+    log = io.StringIO()
+    cfg = FLConfig(**(SMALL | dict(rounds=4, checkpoint_every=1, fraction=0.5)))
+    again = Engine(cfg, build_algorithm(algo), train, test, part, 0, work_dir=work, progress=log).run()
+    assert "is unreadable" in log.getvalue() and "resumed from" in log.getvalue() and "at round 3" in log.getvalue()
     assert strip(again["history"]) == strip(straight["history"])
 
 

@@ -15,6 +15,7 @@ Class attributes declare what a method needs from outside the run: ``stages`` (p
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -105,9 +106,25 @@ class Algorithm:
 
 
 def hyperparameters(algorithm: Algorithm) -> dict[str, Any]:
-    """The method's settings (public plain attributes), which belong to a run's identity; state does not."""
-    plain = (int, float, str, bool, list, tuple, dict, type(None))
-    return {k: v for k, v in vars(algorithm).items() if not k.startswith("_") and isinstance(v, plain)}
+    """The method's settings — public attributes made of plain values, or dataclasses of them (Fed-ZDA's ZSDG
+    budget) — which belong to a run's identity. State (tensors, modules, shared data, flags named ``_…``) does not:
+    it changes during a run, and a resume must still recognise the run."""
+    out = {}
+    for k, v in vars(algorithm).items():
+        v = dataclasses.asdict(v) if dataclasses.is_dataclass(v) and not isinstance(v, type) else v
+        if not k.startswith("_") and _plain(v):
+            out[k] = v
+    return out
+
+
+def _plain(v: Any) -> bool:
+    if isinstance(v, (int, float, str, bool, type(None))):
+        return True
+    if isinstance(v, (list, tuple)):
+        return all(_plain(x) for x in v)
+    if isinstance(v, dict):
+        return all(isinstance(k, str) and _plain(x) for k, x in v.items())
+    return False
 
 
 def sample_weights(ctx: Context, results: list[ClientResult]) -> list[float]:

@@ -55,7 +55,7 @@ class FedGen(Algorithm):
     ):
         self.alpha, self.noise_dim, self.generator_steps = alpha, noise_dim, generator_steps
         self.generator_lr, self.batch = generator_lr, batch
-        self.trained = False
+        self._trained = False
 
     def setup(self, ctx):
         ctx.model.eval()
@@ -79,7 +79,7 @@ class FedGen(Algorithm):
 
     def local_loss(self, model, x, y, local, ctx):
         loss = F.cross_entropy(model(x), y)
-        if not self.trained:
+        if not self._trained:
             return loss
         y_gen = self.sample_labels(self.batch, local.extra["rng"]).to(x.device)
         self.generator.eval()
@@ -109,12 +109,12 @@ class FedGen(Algorithm):
             loss.backward()
             opt.step()
             total += loss.item()
-        self.trained = True
+        self._trained = True
         ctx.round_metrics["generator_loss"] = total / max(self.generator_steps, 1)
 
     def state_dict(self):
-        return {"generator": self.generator.state_dict(), "trained": self.trained}
+        return {"generator": self.generator.state_dict(), "trained": self._trained}
 
     def load_state_dict(self, state):
         self.generator.load_state_dict(state["generator"])
-        self.trained = state["trained"]
+        self._trained = state["trained"]
