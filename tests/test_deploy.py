@@ -71,7 +71,7 @@ def test_training_jobs_declare_the_gpu_resource(tmp_path):
         "gpu=1",
     ).stdout
     jobs = re.split(r"\n\[.*?\]\n", out)
-    train = [j for j in jobs if re.search(r"^(local)?rule (train|prefix):", j, re.M)]
+    train = [j for j in jobs if re.search(r"^(local)?rule (train|stage):", j, re.M)]
     other = [j for j in jobs if re.search(r"^(local)?rule (partition|table|figure|prepare_data):", j, re.M)]
     assert train and all("gpu=1" in j for j in train)
     assert other and not any("gpu=1" in j for j in other)

@@ -23,7 +23,7 @@ def data(synthetic_root):
     return load_dataset("synthetic", synthetic_root, "train"), load_dataset("synthetic", synthetic_root, "test"), part
 
 
-def engine(data, algo, params=None, seed=0, work_dir=None, **overrides):
+def engine(data, algo, params=None, seed=0, work_dir=None, stages=None, **overrides):
     train, test, part = data
     return Engine(
         FLConfig(**(SMALL | overrides)),
@@ -34,6 +34,7 @@ def engine(data, algo, params=None, seed=0, work_dir=None, **overrides):
         seed,
         progress=None,
         work_dir=work_dir,
+        stages=stages,
     )
 
 
@@ -97,8 +98,8 @@ def test_warm_start_equals_training_the_prefix(data, tmp_path):
     params = {"start_round": 3, "zsdg": FAST_ZSDG}
     prefix = engine(data, "fedavg", rounds=2, work_dir=tmp_path / "prefix")
     prefix.run()
-    warm = engine(data, "fedzdac", params, rounds=4)
-    warm.warm_start = tmp_path / "prefix" / "checkpoint.pt"
+    ckpt = tmp_path / "prefix" / "checkpoint.pt"
+    warm = engine(data, "fedzdac", params, rounds=4, stages={"warm": ckpt})
     warm_res = warm.run()
     straight = engine(data, "fedzdac", params, rounds=4)
     straight_res = straight.run()
@@ -107,12 +108,10 @@ def test_warm_start_equals_training_the_prefix(data, tmp_path):
     assert all(torch.equal(warm.global_state[k], straight.global_state[k]) for k in straight.global_state)
     assert [r["train_loss"] for r in warm_res["history"]] == [r["train_loss"] for r in straight_res["history"]]
 
-    too_late = engine(data, "fedzdac", {"start_round": 2}, rounds=4)
-    too_late.warm_start = tmp_path / "prefix" / "checkpoint.pt"
+    too_late = engine(data, "fedzdac", {"start_round": 2}, rounds=4, stages={"warm": ckpt})
     with pytest.raises(ValueError, match="does not precede"):
         too_late.run()
-    other_seed = engine(data, "fedzdac", params, seed=1, rounds=4)
-    other_seed.warm_start = tmp_path / "prefix" / "checkpoint.pt"
+    other_seed = engine(data, "fedzdac", params, seed=1, rounds=4, stages={"warm": ckpt})
     with pytest.raises(ValueError, match="other settings, seed, partition, data or code"):
         other_seed.run()
 

@@ -23,8 +23,8 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 3 adds
     # 3 oracles (its FL models are table cells), Fig. 4 three ResNet34 models, Fig. 5 3 start rounds x 3 seeds
     assert counts["train"] == 90 + 3 + 3 + 9 and counts["table"] == 2 and counts["figure"] == 3
-    # Fig. 5's FedAvg prefixes (rounds 79, 89, 94) are computed once per seed and chained
-    assert counts["prefix"] == 3 * 3
+    # Fig. 5's FedAvg prefixes (rounds 79, 89, 94) are stages computed once per seed and chained
+    assert counts["stage"] == 3 * 3
     assert counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
 
 
@@ -52,8 +52,12 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
         assert (tmp_path / f"reports/figures/fedzda/{fig}.png").stat().st_size > 5000
     # start-round runs continue from the shared FedAvg prefixes (round 1, then round 2 chained on it)
     log = (tmp_path / "logs/train/smoke/synthetic/multimodal/fedzdac-start3/seed0.log").read_text()
-    assert "warm-started from results/prefix/smoke/synthetic/multimodal/seed0/round2.pt at round 2" in log
-    assert "warm-started" in (tmp_path / "logs/prefix/smoke/synthetic/multimodal/seed0/round2.log").read_text()
+    stages = "results/stages/smoke/synthetic/multimodal/seed0"
+    assert f"warm-started from {stages}/fedavg_prefix-rounds2.pt at round 2" in log
+    assert (
+        f"warm-started from {stages}/fedavg_prefix-rounds1.pt at round 1"
+        in (tmp_path / "logs/stage/smoke/synthetic/multimodal/seed0/fedavg_prefix-rounds2.log").read_text()
+    )
 
     from mlflow.tracking import MlflowClient
 

@@ -50,14 +50,12 @@ class Engine:
         work_dir: str | Path | None = None,
         progress: TextIO | None = sys.stderr,
         label: str = "",
-        warm_start: str | Path | None = None,
         stages: dict[str, Path] | None = None,
         on_round: Callable[[dict], None] | None = None,
         on_start: Callable[[str, bool], None] | None = None,
     ):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
         self.work_dir = Path(work_dir) if work_dir else None
-        self.warm_start = Path(warm_start) if warm_start else None
         self.progress, self.on_round, self.on_start = progress, on_round, on_start
         device = resolve_device(cfg.device)
         self._data_hash = checkpoint.tensor_hash(train.x, train.y, test.y)
@@ -152,6 +150,12 @@ class Engine:
         self.wall_before = ckpt.get("wall_seconds", 0.0)
         self._log(f"resumed from {self.checkpoint_path} at round {self.ctx.round}")
         return True
+
+    @property
+    def warm_start(self) -> Path | None:
+        """A FedAvg prefix checkpoint to continue from (the ``warm`` stage, see ``fed.stages``)."""
+        warm = self.ctx.stages.get("warm")
+        return Path(warm) if warm else None
 
     def load_warm_start(self) -> None:
         """Continue from a FedAvg checkpoint at round r - 1 (start-round ablations): valid when the method is

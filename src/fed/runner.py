@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import shutil
@@ -19,6 +20,7 @@ from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_dataset
 from fed.engine import Engine, resolve_device
+from fed.stages import Stage
 
 
 def make_engine(
@@ -58,19 +60,21 @@ def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, see
     return f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
 
 
-def run_prefix(
-    cfg: FLConfig,
+def run_fedavg_prefix(
+    stage: Stage,
+    cfg,
     dataset: str,
-    data_root: str | Path,
-    partition_file: str | Path,
+    data_root,
+    partition_file,
     seed: int,
-    out: str | Path,
-    work_dir: str | Path,
-    warm_start: str | Path | None = None,
+    out,
+    work_dir,
+    lower: str | Path | None = None,
     threads: int = 1,
     progress: TextIO | None = sys.stderr,
-) -> None:
-    """FedAvg up to round ``cfg.rounds``; its final checkpoint (``out``) seeds every start-round run after it."""
+):
+    """FedAvg up to round r; its final checkpoint seeds every start-round run after it."""
+    cfg = dataclasses.replace(cfg, rounds=stage.param("rounds"))
     engine = make_engine(
         cfg,
         MethodSpec("fedavg", "fedavg"),
@@ -80,12 +84,20 @@ def run_prefix(
         seed,
         threads,
         work_dir=work_dir,
-        warm_start=warm_start,
+        stages={"warm": lower} if lower else None,
         progress=progress,
     )
-    engine.run()
+    engine.run()  # a diverged prefix still ends with its checkpoint, so the runs after it record the divergence
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     shutil.copyfile(engine.checkpoint_path, out)
+
+
+STAGE_RUNNERS = {"fedavg_prefix": run_fedavg_prefix}
+
+
+def run_stage(stage: Stage, *args, **kwargs) -> None:
+    """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file."""
+    STAGE_RUNNERS[stage.kind](stage, *args, **kwargs)
 
 
 def _json_safe(obj):
@@ -111,7 +123,6 @@ def run_cell(
     tracking: dict[str, Any] | None = None,
     threads: int = 1,
     progress: TextIO | None = sys.stderr,
-    warm_start: str | Path | None = None,
     stages: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     live = None
@@ -142,7 +153,6 @@ def run_cell(
         seed,
         threads,
         work_dir=work_dir,
-        warm_start=warm_start,
         progress=progress,
         stages=stages,
         **callbacks,

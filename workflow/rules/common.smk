@@ -11,7 +11,7 @@ from snakemake.utils import validate
 sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
-from fed.algorithms import ALGORITHMS
+from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.config import resolve_preset
 from fed.validate import check_config
 from fed.tracking import default_uri
@@ -36,10 +36,6 @@ def preset(name):
 
 def algorithm(method):
     return config["methods"][method].get("algorithm", method)
-
-
-def start_round(method):
-    return config["methods"][method].get("start_round", 1)
 
 
 def start_variant(method, r):
@@ -109,23 +105,49 @@ PAPERS = sorted(
     }
 )
 
-# Start-round runs warm-start from FedAvg prefixes; prefixes of one (preset, dataset, partition, seed) chain.
-PREFIXES = collections.defaultdict(set)
-if config["warm_start"]:
-    for _preset, _d, _p, _m, _s in CELL_PAPER:
-        if start_round(_m) > 1:
-            PREFIXES[(_preset, _d, _p, _s)].add(start_round(_m) - 1)
+
+def method_stages(method):
+    """{name: fed.stages.Stage} the method declares (optional shortcuts only with warm_start: true)."""
+    spec = {k: v for k, v in config["methods"][method].items() if k != "algorithm"}
+    stages = build_algorithm(algorithm(method), **spec).stages()
+    return {
+        n: s for n, s in stages.items() if config["warm_start"] or not s.spec.optional
+    }
 
 
-def prefix_path(preset, dataset, partition, seed, r):
-    return f"{RESULTS}/prefix/{preset}/{dataset}/{partition}/seed{seed}/round{r}.pt"
+def stage_path(preset, dataset, partition, seed, stage):
+    return f"{RESULTS}/stages/{preset}/{dataset}/{partition}/seed{seed}/{stage.key}.pt"
 
 
-def lower_prefix(w):
-    """The prefix just below round w.r of the same trajectory, if any (the prefix rule continues from it)."""
+# Every stage the DAG needs, per (preset, dataset, partition, seed): one job each, shared by every cell needing it.
+STAGES = collections.defaultdict(dict)
+for _preset, _d, _p, _m, _s in CELL_PAPER:
+    if algorithm(_m) in ALGORITHMS:
+        for _stage in method_stages(_m).values():
+            STAGES[(_preset, _d, _p, _s)][_stage.key] = _stage
+
+
+def stage_inputs(w):
+    """Data, partition, and for a stage that continues from a lower one of its kind (FedAvg prefixes of one
+    trajectory chain: round 89 continues from 79), that lower stage."""
     key = (w.preset, w.dataset, w.partition, int(w.seed))
-    lower = [r for r in PREFIXES[key] if r < int(w.r)]
-    return {"warm": prefix_path(*key, max(lower))} if lower else {}
+    stage = STAGES[key][w.stage]
+    inputs = {
+        "data": f"{DATA}/{w.dataset}/tensors.pt",
+        "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
+    }
+    ordinal = stage.spec.continues_from
+    if ordinal:
+        lower = [
+            s
+            for s in STAGES[key].values()
+            if s.kind == stage.kind and s.param(ordinal) < stage.param(ordinal)
+        ]
+        if lower:
+            inputs["lower"] = stage_path(
+                *key, max(lower, key=lambda s: s.param(ordinal))
+            )
+    return inputs
 
 
 def train_inputs(w):
@@ -134,9 +156,10 @@ def train_inputs(w):
         "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
         "store": MLFLOW_READY,
     }
-    r = start_round(w.method)
-    if config["warm_start"] and r > 1:
-        inputs["warm"] = prefix_path(w.preset, w.dataset, w.partition, w.seed, r - 1)
+    for name, stage in method_stages(w.method).items():
+        inputs[f"stage_{name}"] = stage_path(
+            w.preset, w.dataset, w.partition, w.seed, stage
+        )
     return inputs
 
 
@@ -188,4 +211,4 @@ wildcard_constraints:
     partition=r"[^/]+",
     method=r"[^/]+",
     seed=r"\d+",
-    r=r"\d+",
+    stage=r"[^/]+",

@@ -13,16 +13,16 @@ rule mlflow_init:
         "../scripts/mlflow_init.py"
 
 
-rule prefix:
-    """FedAvg up to round r: the shared prefix of every run that starts augmenting at round r + 1."""
+rule stage:
+    """A preparatory stage (fed.stages): e.g. FedAvg up to round r, the shared prefix of every run that starts
+    augmenting at round r + 1. Computed once per (preset, dataset, partition, seed, stage).
+    """
     input:
-        unpack(lower_prefix),
-        data=f"{DATA}/{{dataset}}/tensors.pt",
-        partition="partitions/{preset}/{dataset}/{partition}/seed{seed}.json",
+        unpack(stage_inputs),
     output:
-        f"{RESULTS}/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}.pt",
+        f"{RESULTS}/stages/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/{{stage}}.pt",
     log:
-        "logs/prefix/{preset}/{dataset}/{partition}/seed{seed}/round{r}.log",
+        "logs/stage/{preset}/{dataset}/{partition}/seed{seed}/{stage}.log",
     conda:
         "../../envs/fed.yaml"
     threads: config["train_threads"]
@@ -31,11 +31,12 @@ rule prefix:
         runtime=config["train_runtime_min"],
         gpu=config["gpu_per_job"],
     params:
-        preset=lambda w: preset(w.preset) | {"rounds": int(w.r)},
+        stage=lambda w: STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage],
+        preset=lambda w: preset(w.preset),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
-        work_dir=f"{RESULTS}/work/prefix/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/round{{r}}",
+        work_dir=f"{RESULTS}/work/stages/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/{{stage}}",
     script:
-        "../scripts/prefix.py"
+        "../scripts/stage.py"
 
 
 rule train:

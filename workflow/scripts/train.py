@@ -24,5 +24,5 @@ with open(snakemake.log[0], "w") as log:
         tracking=tracking,
         threads=snakemake.threads,
         progress=log,
-        warm_start=snakemake.input.get("warm"),
+        stages={k.removeprefix("stage_"): v for k, v in snakemake.input.items() if k.startswith("stage_")},
     )

@@ -23,6 +23,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from fed.stages import Stage
 from fed.training import State, average_states, state_copy
 
 if TYPE_CHECKING:
@@ -59,6 +60,11 @@ class Algorithm:
 
     def extra_modules(self, model: nn.Module, input_shape: tuple[int, ...]) -> dict[str, nn.Module]:
         """Trainable modules this method adds to every model (``model.extras``); aggregated like the rest."""
+        return {}
+
+    def stages(self) -> dict[str, Stage]:
+        """Preparatory stages this method needs, by name (``ctx.stages[name]`` holds each one's output file).
+        ``warm`` is a FedAvg prefix the engine continues from (see ``fed.stages``)."""
         return {}
 
     def setup(self, ctx: Context) -> None:

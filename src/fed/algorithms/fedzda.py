@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm, ClientResult
+from fed.stages import Stage
 from fed.zsdg import ZSDGConfig, bn_layers, zsdg
 
 
@@ -31,6 +32,10 @@ class _ZeroShotAugmentation(Algorithm):
     @property
     def fedavg_until(self) -> int:
         return self.start_round
+
+    def stages(self):
+        # FedAvg before start_round: continue from the shared FedAvg prefix instead of recomputing it
+        return {"warm": Stage.of("fedavg_prefix", rounds=self.start_round - 1)} if self.start_round > 1 else {}
 
     def setup(self, ctx):
         bn_layers(ctx.model)  # fail before round 1 if the model cannot be inverted

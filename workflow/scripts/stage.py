@@ -1,15 +1,16 @@
-"""Train the FedAvg prefix up to round r (continuing from the next-lower prefix when there is one)."""
+"""Run one preparatory stage (fed.stages), e.g. a FedAvg prefix continuing from the next-lower one."""
 
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
 from fed.config import FLConfig
-from fed.runner import run_prefix
+from fed.runner import run_stage
 
 w, p = snakemake.wildcards, snakemake.params
 with open(snakemake.log[0], "w") as log:
-    run_prefix(
+    run_stage(
+        p.stage,
         FLConfig.from_preset(p.preset, w.dataset),
         w.dataset,
         p.data_root,
@@ -17,7 +18,7 @@ with open(snakemake.log[0], "w") as log:
         int(w.seed),
         snakemake.output[0],
         p.work_dir,
-        warm_start=snakemake.input.get("warm"),
+        lower=snakemake.input.get("lower"),
         threads=snakemake.threads,
         progress=log,
     )

@@ -1,0 +1,53 @@
+"""Preparatory stages: work a method needs before (or instead of part of) its federated rounds, run once as their
+own DAG node and shared by every cell that needs it.
+
+A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the workflow turns each distinct
+(preset, dataset, partition, seed, stage) into one ``stage`` job whose output file reaches the training job as
+``ctx.stages[name]``. Kinds are declared here; ``fed.runner.STAGE_RUNNERS`` holds the function that runs each:
+
+- ``fedavg_prefix`` (rounds=r): FedAvg up to round r — the shared prefix of every run that starts augmenting at
+  round r + 1 (Fed-ZDA's start-round ablations). ``continues_from`` makes prefixes of one trajectory chain: the
+  prefix at round 89 continues from the one at 79. Optional: with ``warm_start: false`` each run recomputes it.
+
+DA-FL's per-client DP-CGANs and FedDPMS' stage I register here as kinds of their own.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class Stage:
+    kind: str
+    params: tuple[tuple[str, Any], ...]  # sorted (name, value) pairs: hashable, order-free
+
+    @classmethod
+    def of(cls, kind: str, **params: Any) -> Stage:
+        if kind not in STAGE_KINDS:
+            raise ValueError(f"unknown stage kind {kind!r}; valid choices: {sorted(STAGE_KINDS)}")
+        return cls(kind, tuple(sorted(params.items())))
+
+    @property
+    def key(self) -> str:
+        """File-name id, e.g. ``fedavg_prefix-rounds79``."""
+        return "-".join([self.kind, *(f"{k}{v}" for k, v in self.params)])
+
+    @property
+    def spec(self) -> StageKind:
+        return STAGE_KINDS[self.kind]
+
+    def param(self, name: str) -> Any:
+        return dict(self.params)[name]
+
+
+@dataclass(frozen=True)
+class StageKind:
+    optional: bool = False  # a shortcut the run can do without (computes it itself)
+    continues_from: str | None = None  # ordinal parameter: a stage continues from the same kind's lower value
+
+
+STAGE_KINDS: dict[str, StageKind] = {
+    "fedavg_prefix": StageKind(optional=True, continues_from="rounds"),
+}
