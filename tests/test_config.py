@@ -1,6 +1,8 @@
 """Bad configs fail before the DAG runs, with messages that name the problem and the valid choices."""
 
 import copy
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -8,11 +10,11 @@ from conftest import REPO, snakemake, write_yaml
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
-from fed.config import FLConfig, resolve_preset
+from fed.config import FLConfig, resolve_preset, with_papers
 from fed.validate import check_config
 
 SCHEMA = str(REPO / "workflow/schemas/config.schema.yaml")
-BASE = yaml.safe_load((REPO / "config.yaml").read_text())
+BASE = with_papers(yaml.safe_load((REPO / "config.yaml").read_text()), REPO / "config/papers")
 
 
 def checked(mutate):
@@ -31,8 +33,7 @@ def test_shipped_configs_are_valid():
     assert checked(lambda c: None) == []  # every method of the Fed-ZDA tables is implemented
     warnings = checked(
         lambda c: (
-            c["methods"].update(flea={"algorithm": "flea"})
-            or c["experiments"]["fedzda_table1"]["methods"].append("flea")
+            c["methods"].update(flea={"algorithm": "flea"}) or c["tables"]["fedzda_table1"]["methods"].append("flea")
         )
     )
     assert any("'flea' is not yet implemented" in w for w in warnings)
@@ -58,7 +59,7 @@ def test_schema_rejects_out_of_range_values(mutate, message):
     "mutate, message",
     [
         (
-            lambda c: c["experiments"]["fedzda_table1"]["methods"].append("fedsgd"),
+            lambda c: c["tables"]["fedzda_table1"]["methods"].append("fedsgd"),
             "unknown method 'fedsgd'; defined methods: \\['ccvr', 'centralized', 'fedavg'",
         ),
         (
@@ -66,24 +67,24 @@ def test_schema_rejects_out_of_range_values(mutate, message):
             "unknown algorithm 'sgd'; valid choices: \\['ccvr', 'centralized', 'fedavg', 'fedbr', 'feddata'",
         ),
         (
-            lambda c: c["experiments"]["fedzda_table1"]["datasets"].append("imagenet"),
+            lambda c: c["tables"]["fedzda_table1"]["datasets"].append("imagenet"),
             "unknown dataset 'imagenet'; valid choices: \\['cifar10', 'cifar100', 'fmnist', 'mnist', 'svhn'",
         ),
         (
             lambda c: (
                 c["partitions"].update(shards={"scheme": "pathological"})
-                or c["experiments"]["fedzda_table1"]["partitions"].append("shards")
+                or c["tables"]["fedzda_table1"]["partitions"].append("shards")
             ),
             "unknown scheme 'pathological'",
         ),
         (
             lambda c: (
                 c["partitions"].update(q={"scheme": "label_quantity", "k": 11})
-                or c["experiments"]["fedzda_table1"]["partitions"].append("q")
+                or c["tables"]["fedzda_table1"]["partitions"].append("q")
             ),
             "k=11 > 10 classes of mnist",
         ),
-        (lambda c: c["methods"]["fedprox"].update(nu=1), "bad parameters for fedprox"),
+        (lambda c: c["methods"]["fedprox"].update(nu=1), "unknown parameter 'nu' of fedprox; valid: \\['mu'\\]"),
         (lambda c: c["presets"]["fedzda"].update(model="resnet9000"), "unknown model 'resnet9000'"),
     ],
 )
@@ -97,15 +98,75 @@ def test_preset_inheritance_and_unknown_keys():
     assert resolve_preset(presets, "b") == {"rounds": 5, "lr": 0.1}
     with pytest.raises(ValueError, match="circular"):
         resolve_preset({"a": {"base": "b"}, "b": {"base": "a"}}, "a")
-    with pytest.raises(ValueError, match="unknown preset keys \\['epochs'\\]"):
+    with pytest.raises(ValueError, match="preset: unknown keys \\['epochs'\\]"):
         FLConfig.from_preset({"epochs": 3}, "mnist")
 
 
 def test_snakemake_refuses_bad_config_before_any_job(tmp_path):
-    bad = write_yaml(tmp_path / "bad.yaml", {"experiments": {"fedzda_table1": {"methods": ["fedavg", "fedsgd"]}}})
+    bad = write_yaml(tmp_path / "bad.yaml", {"tables": {"fedzda_table1": {"methods": ["fedavg", "fedsgd"]}}})
     proc = snakemake(tmp_path, "-n", "--configfile", str(bad), check=False)
     assert proc.returncode != 0
     out = proc.stdout + proc.stderr
     assert "invalid config:" in out and "unknown method 'fedsgd'; defined methods:" in out
     assert "Traceback" not in out
     assert not (tmp_path / "results").exists()
+
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, "-m", "fed.cli", "run", *args], capture_output=True, text=True)
+
+
+@pytest.mark.parametrize(
+    "args,message",
+    [
+        (["--set", "rounds=0"], "at least one round"),
+        (["--set", "lr=abc"], "lr='abc' is not int or float"),
+        (["--param", "mu=abc"], "mu='abc' is not float"),
+        (["--param", "nu=1"], "unknown parameter 'nu'"),
+    ],
+)
+def test_fed_run_rejects_bad_settings_before_training(tmp_path, args, message):
+    proc = run_cli(
+        "synthetic", str(tmp_path / "none.json"), "fedprox", "--preset", "fedzda", "-o", str(tmp_path), *args
+    )
+    assert proc.returncode == 2 and message in proc.stderr, proc.stderr[-2000:]
+
+
+def test_fed_run_needs_a_complete_protocol(tmp_path):
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("rounds: 3\n")
+    proc = run_cli("synthetic", "p.json", "fedavg", "--preset", str(empty), "-o", str(tmp_path))
+    assert proc.returncode == 2 and "the protocol must be stated; missing ['num_clients (or avg_client_size)'" in (
+        proc.stderr
+    )
+
+
+def test_preset_without_its_protocol_is_rejected_before_any_job(tmp_path):
+    """A preset that omits a protocol key does not silently get Fed-ZDA's (or any) defaults."""
+    bad = write_yaml(
+        tmp_path / "bad.yaml", {"presets": {"thin": {"rounds": 3}}, "tables": {"fedzda_table1": {"preset": "thin"}}}
+    )
+    proc = snakemake(tmp_path, "-n", "--configfile", str(bad), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0 and "preset 'thin': the protocol must be stated; missing" in out, out[-3000:]
+
+
+def test_yaml_errors_name_the_file_and_line(tmp_path):
+    from fed.config import load_yaml
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("presets:\n  a: {rounds: 3\n")
+    with pytest.raises(ValueError, match=r"invalid YAML in .*bad.yaml, line 3"):
+        load_yaml(bad)
+
+
+def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
+    cfg = yaml.safe_load((REPO / "config.yaml").read_text())
+    from fed.config import with_papers
+
+    with pytest.raises(ValueError, match="unknown paper 'fedzdaa'; valid choices: \\['fedzda'\\]"):
+        with_papers(cfg | {"papers": ["fedzdaa"]}, REPO / "config/papers")
+    full = with_papers(cfg, REPO / "config/papers")
+    full["tables"]["fedzda_table1"]["metrics"] = ["global_accuracy"]
+    with pytest.raises(ValueError, match="unknown metric 'global_accuracy'; valid choices"):
+        check_config(full)

@@ -134,6 +134,8 @@ def test_kill_and_resume_equals_uninterrupted(setup, synthetic_root, tmp_path):
             str(out),
             "--seed",
             "5",
+            "--preset",
+            "fedzda",
             "--set",
             "rounds=8",
             "--set",

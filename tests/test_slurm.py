@@ -33,9 +33,7 @@ def test_smoke_workflow_through_slurm(slurm, tmp_path):
         tmp_path / "overlay.yaml",
         {
             "gpu_per_job": 1,  # every training job asks SLURM for a GPU (the node's fake gres)
-            "experiments": {
-                t: {"methods": ["fedavg", "fedzdas"], "seeds": [0]} for t in ("fedzda_table1", "fedzda_table2")
-            },
+            "tables": {t: {"methods": ["fedavg", "fedzdas"], "seeds": [0]} for t in ("fedzda_table1", "fedzda_table2")},
         },
     )
     targets = ["reports/tables/fedzda/table1.html", "reports/tables/fedzda/table2.html"]

@@ -30,7 +30,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("method", help="algorithm name")
     p.add_argument("--root", default="data")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--preset", help="YAML file of FL settings (FLConfig fields)")
+    p.add_argument(
+        "--preset",
+        required=True,
+        help="a preset of the repository's config (e.g. fedzda; base chains resolved) or a YAML file "
+        "of FLConfig fields; --set overrides single keys",
+    )
     p.add_argument("--set", action="append", default=[], help="FL setting KEY=YAML_VALUE")
     p.add_argument("--param", action="append", default=[], help="method parameter KEY=YAML_VALUE")
     p.add_argument("--threads", type=int, default=1)
@@ -53,9 +58,17 @@ def main(argv: list[str] | None = None) -> None:
     else:
         from fed.config import FLConfig, MethodSpec
         from fed.runner import run_cell
+        from fed.validate import parameter_errors
 
-        preset = yaml.safe_load(Path(args.preset).read_text()) if args.preset else {}
-        cfg = FLConfig.from_preset(preset | _kv(args.set), args.dataset)
+        try:
+            cfg = FLConfig.from_preset(_preset(args.preset) | _kv(args.set), args.dataset, name=args.preset)
+            if cfg.rounds < 1:
+                raise ValueError(f"rounds={cfg.rounds}: a run needs at least one round")
+            errors = parameter_errors(_algorithm(args.method), _kv(args.param))
+            if errors:
+                raise ValueError("; ".join(errors))
+        except ValueError as err:
+            ap.error(str(err))
         method = MethodSpec(args.method, args.method, _kv(args.param))
         rec = run_cell(
             cfg,
@@ -72,7 +85,30 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def _kv(pairs: list[str]) -> dict:
+    if bad := [p for p in pairs if "=" not in p]:
+        raise ValueError(f"expected KEY=VALUE, got {bad}")
     return {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in pairs)}
+
+
+def _preset(name: str) -> dict:
+    """A YAML file of FLConfig fields, or a preset of the checkout's config.yaml and config/papers/*.yaml."""
+    from fed.config import load_yaml, resolve_preset, with_papers
+
+    if Path(name).is_file():
+        return load_yaml(name)
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / "config.yaml").is_file():
+        raise ValueError(f"--preset {name}: not a file, and no config.yaml beside this installation of fed")
+    config = with_papers(load_yaml(repo / "config.yaml"), repo / "config" / "papers")
+    return resolve_preset(config.get("presets", {}), name)
+
+
+def _algorithm(name: str):
+    from fed.algorithms import ALGORITHMS
+
+    if name not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {name!r}; valid choices: {sorted(ALGORITHMS)}")
+    return ALGORITHMS[name]
 
 
 if __name__ == "__main__":

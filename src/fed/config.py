@@ -1,9 +1,11 @@
-"""Typed run configuration and cross-checks that a JSON schema cannot express (names against registries)."""
+"""Typed run configuration: a preset resolved for a dataset (``FLConfig``), method variants, preset inheritance and
+the per-paper config files. Cross-checks against the registries live above, in ``fed.validate``."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 
@@ -30,22 +32,50 @@ class FLConfig:
     channels_last: bool = True
     reduction: str = ""  # how this preset departs from the paper (quick configs); shown in captions
 
+    # What a preset must state: a paper's protocol never comes silently from another paper's defaults.
+    PROTOCOL = (
+        "fraction",
+        "rounds",
+        "local_epochs",
+        "batch_size",
+        "lr",
+        "momentum",
+        "weight_decay",
+        "aggregation",
+        "local_test_fraction",
+        "model",
+        "report",
+    )
+
     @classmethod
-    def from_preset(cls, preset: dict[str, Any], dataset: str) -> FLConfig:
-        """Build from a config preset; ``model`` may be a per-dataset mapping."""
-        known = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(preset) - known
+    def from_preset(cls, preset: dict[str, Any], dataset: str, name: str = "preset") -> FLConfig:
+        """Build from a config preset (``base`` already resolved); ``model`` may be a per-dataset mapping. Every
+        protocol key must be stated, every value must have its field's type."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in preset.items() if k != "base"}
+        unknown = set(values) - set(fields)
         if unknown:
-            raise ValueError(f"unknown preset keys {sorted(unknown)}; valid keys: {sorted(known)}")
-        values = dict(preset)
-        if isinstance(values.get("model"), dict):
+            raise ValueError(f"{name}: unknown keys {sorted(unknown)}; valid keys: {sorted(fields)}")
+        missing = [k for k in cls.PROTOCOL if k not in values]
+        if "num_clients" not in values and values.get("avg_client_size") is None:
+            missing.insert(0, "num_clients (or avg_client_size)")
+        if missing:
+            raise ValueError(f"{name}: the protocol must be stated; missing {missing}")
+        if isinstance(values["model"], dict):
             if dataset not in values["model"]:
-                raise ValueError(f"preset has no model for dataset {dataset!r} (models: {values['model']})")
+                raise ValueError(f"{name} has no model for dataset {dataset!r} (models: {values['model']})")
             values["model"] = values["model"][dataset]
+        for key, value in values.items():
+            expected = _TYPES[fields[key].type]
+            if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+                raise ValueError(f"{name}: {key}={value!r} is not {' or '.join(t.__name__ for t in expected)}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None))}
 
 
 @dataclass
@@ -77,3 +107,39 @@ def resolve_preset(presets: dict[str, dict[str, Any]], name: str) -> dict[str, A
     for preset in reversed(chain):
         resolved |= {k: v for k, v in preset.items() if k != "base"}
     return resolved
+
+
+def merge_under(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    """Deep merge: ``over`` wins; mappings merge key by key, anything else is replaced."""
+    out = dict(base)
+    for k, v in over.items():
+        out[k] = merge_under(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def load_yaml(path: str | Path) -> dict[str, Any]:
+    """A YAML mapping; syntax errors name the file, line and column."""
+    import yaml
+
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except yaml.MarkedYAMLError as err:
+        mark = err.problem_mark
+        where = f"{path}, line {mark.line + 1}, column {mark.column + 1}" if mark else str(path)
+        raise ValueError(f"invalid YAML in {where}: {err.problem}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of config keys, got {type(data).__name__}")
+    return data
+
+
+def with_papers(config: dict[str, Any], papers_dir: str | Path) -> dict[str, Any]:
+    """The workflow config with every paper of ``config['papers']`` merged under it: a paper's file gives its
+    presets, partitions, methods, tables and figures; config.yaml and overlays override them."""
+    papers_dir = Path(papers_dir)
+    available = sorted(p.stem for p in papers_dir.glob("*.yaml"))
+    merged: dict[str, Any] = {}
+    for paper in config.get("papers", []):
+        if paper not in available:
+            raise ValueError(f"papers: unknown paper {paper!r}; valid choices: {available} ({papers_dir}/)")
+        merged = merge_under(merged, load_yaml(papers_dir / f"{paper}.yaml"))
+    return merge_under(merged, config)

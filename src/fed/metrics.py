@@ -6,6 +6,9 @@ import math
 
 import numpy as np
 
+# The per-round metrics a table may show (fed.evaluation computes them).
+METRICS = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance")
+
 
 def per_class_accuracy(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:
     """Accuracy (%) per class; NaN for a class absent from ``y``."""

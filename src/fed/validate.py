@@ -5,10 +5,13 @@ Lives above ``fed.config`` (which holds only types), so that nothing below impor
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 from fed.algorithms import ALGORITHMS, PLANNED
+from fed.config import FLConfig, resolve_preset
 from fed.data import DATASETS, PARTITIONS
+from fed.metrics import METRICS
 from fed.models import MODELS
 
 
@@ -27,10 +30,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 f" (planned, not yet implemented: {sorted(PLANNED)})"
             )
         elif algo in ALGORITHMS:
-            try:
-                ALGORITHMS[algo](**{k: v for k, v in spec.items() if k != "algorithm"})
-            except TypeError as err:
-                errors.append(f"method {name!r}: bad parameters for {algo}: {err}")
+            params = {k: v for k, v in spec.items() if k != "algorithm"}
+            errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], params)]
     for name, spec in partitions.items():
         if spec["scheme"] not in PARTITIONS:
             errors.append(f"partition {name!r}: unknown scheme {spec['scheme']!r}; valid choices: {sorted(PARTITIONS)}")
@@ -39,10 +40,12 @@ def check_config(config: dict[str, Any]) -> list[str]:
         for m in models.values() if isinstance(models, dict) else [models]:
             if m not in MODELS:
                 errors.append(f"preset {name!r}: unknown model {m!r}; valid choices: {sorted(MODELS)}")
-    for ename, exp in config.get("experiments", {}).items():
-        where = f"experiment {ename!r}"
-        if exp["preset"] not in presets:
-            errors.append(f"{where}: unknown preset {exp['preset']!r}; defined presets: {sorted(presets)}")
+    for ename, exp in config.get("tables", {}).items():
+        where = f"table {ename!r}"
+        errors += [f"{where}: {e}" for e in preset_errors(presets, exp["preset"], exp["datasets"])]
+        for metric in exp["metrics"]:
+            if metric not in METRICS:
+                errors.append(f"{where}: unknown metric {metric!r}; valid choices: {list(METRICS)}")
         for d in exp["datasets"]:
             if d not in DATASETS:
                 errors.append(f"{where}: unknown dataset {d!r}; valid choices: {sorted(DATASETS)}")
@@ -60,5 +63,42 @@ def check_config(config: dict[str, Any]) -> list[str]:
             elif methods[m].get("algorithm", m) in PLANNED:
                 warnings.append(f"{where}: method {m!r} is not yet implemented; its rows say so")
     if errors:
-        raise ValueError("invalid config:\n  - " + "\n  - ".join(errors))
+        raise ValueError("invalid config:\n  - " + "\n  - ".join(dict.fromkeys(errors)))
     return warnings
+
+
+def preset_errors(presets: dict[str, Any], name: str, datasets: list[str]) -> list[str]:
+    """A preset resolves (``base`` chain) to a complete, well-typed protocol for every dataset it is used with."""
+    if name not in presets:
+        return [f"unknown preset {name!r}; defined presets: {sorted(presets)}"]
+    try:
+        resolved = resolve_preset(presets, name)
+        for d in datasets:
+            FLConfig.from_preset(resolved, d, name=f"preset {name!r}")
+    except ValueError as err:
+        return [str(err)]
+    return []
+
+
+def parameter_errors(cls: type, params: dict[str, Any]) -> list[str]:
+    """Unknown parameters, values of another type than the constructor's default, and the constructor's own
+    checks (it raises ValueError)."""
+    signature = inspect.signature(cls.__init__)
+    errors = []
+    for key, value in params.items():
+        if key not in signature.parameters:
+            valid = [p for p in signature.parameters if p != "self"]
+            errors.append(f"unknown parameter {key!r} of {cls.name}; valid: {valid}")
+            continue
+        default = signature.parameters[key].default
+        if isinstance(default, bool) or default is None or default is inspect.Parameter.empty:
+            continue
+        kinds = (int, float) if isinstance(default, float) else (type(default),)
+        if not isinstance(value, kinds) or isinstance(value, bool):
+            errors.append(f"{cls.name}: {key}={value!r} is not {type(default).__name__}")
+    if not errors:
+        try:
+            cls(**params)
+        except (TypeError, ValueError) as err:
+            errors.append(f"bad parameters for {cls.name}: {err}")
+    return errors

@@ -1,5 +1,5 @@
-# Config validation and grid expansion. Every cell is keyed by what changes its result; two experiments that
-# need the same cell share one training job.
+# Config validation and grid expansion. Every cell is keyed by what changes its result; two tables or
+# figures that need the same cell share one training job.
 import collections
 import itertools
 import sys
@@ -12,10 +12,22 @@ sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS, build_algorithm
-from fed.config import resolve_preset
+from fed.config import resolve_preset, with_papers
 from fed.validate import check_config
 from fed.tracking import default_uri
 
+try:  # each paper's presets, methods, tables and figures, under config.yaml and the overlays
+    _merged = with_papers(config, Path(workflow.basedir) / "config" / "papers")
+except ValueError as _err:
+    raise WorkflowError(f"fedrepro: {_err}") from None
+config.clear()
+config.update(_merged)
+for _key in (
+    "download",
+    "warm_start",
+):  # --config download=false arrives as the string "false"
+    if str(config.get(_key)).lower() in ("true", "false"):
+        config[_key] = str(config[_key]).lower() == "true"
 validate(config, "../schemas/config.schema.yaml")
 try:
     for _warning in check_config(config):
@@ -55,8 +67,8 @@ def cell(preset, dataset, partition, method, seed):
     )
 
 
-def experiment_cells(exp):
-    """Cells of an experiment's implemented methods."""
+def table_cells(exp):
+    """Cells of a table's implemented methods."""
     return [
         cell(exp["preset"], d, p, m, s)
         for d, p, m, s in itertools.product(
@@ -91,17 +103,17 @@ def figure_cells(fig):
 
 # cell -> the paper whose MLflow experiment records it (the first experiment or figure that asks for it)
 CELL_PAPER = {}
-for _item, _cells in [
-    (e, experiment_cells(e)) for e in config["experiments"].values()
-] + [(f, figure_cells(f)) for f in config["figures"].values()]:
+for _item, _cells in [(e, table_cells(e)) for e in config["tables"].values()] + [
+    (f, figure_cells(f)) for f in config["figures"].values()
+]:
     for _c in _cells:
         CELL_PAPER.setdefault(tuple(_c.values()), _item["paper"])
-TABLES = {exp["output"]: name for name, exp in config["experiments"].items()}
+TABLES = {exp["output"]: name for name, exp in config["tables"].items()}
 FIGURES = {fig["output"]: name for name, fig in config["figures"].items()}
 PAPERS = sorted(
     {
         item["paper"]
-        for item in [*config["experiments"].values(), *config["figures"].values()]
+        for item in [*config["tables"].values(), *config["figures"].values()]
     }
 )
 
@@ -176,15 +188,15 @@ def cost_cells(paper, preset):
     """Every table cell of one paper under one preset, once."""
     cells = {
         tuple(c.values()): c
-        for e in config["experiments"].values()
+        for e in config["tables"].values()
         if e["paper"] == paper and e["preset"] == preset
-        for c in experiment_cells(e)
+        for c in table_cells(e)
     }
     return list(cells.values())
 
 
 def table_outputs():
-    costs = {(e["paper"], e["preset"]) for e in config["experiments"].values()}
+    costs = {(e["paper"], e["preset"]) for e in config["tables"].values()}
     tables = [f"{REPORTS}/tables/{t}" for t in TABLES]
     tables += [f"{REPORTS}/tables/{paper}/costs_{p}" for paper, p in sorted(costs)]
     return [f"{t}.{ext}" for t in tables for ext in ("csv", "md", "html")]
@@ -198,7 +210,7 @@ def partition_figures():
     """One figure per (preset, dataset, partition) of the tables, for its first seed."""
     figs = {
         f"{REPORTS}/figures/partitions/{e['preset']}/{d}/{p}/seed{e['seeds'][0]}.png"
-        for e in config["experiments"].values()
+        for e in config["tables"].values()
         for d in e["datasets"]
         for p in e["partitions"]
     }

@@ -2,8 +2,7 @@ rule table:
     """Mean ± std over seeds per cell, the paper's value beside it, and the difference."""
     input:
         lambda w: [
-            cell_path(**c)
-            for c in experiment_cells(config["experiments"][TABLES[w.table]])
+            cell_path(**c) for c in table_cells(config["tables"][TABLES[w.table]])
         ],
     output:
         csv=f"{REPORTS}/tables/{{table}}.csv",
@@ -12,7 +11,7 @@ rule table:
             f"{REPORTS}/tables/{{table}}.html",
             caption="../report/table.rst",
             category="Tables",
-            subcategory=lambda w: config["experiments"][TABLES[w.table]]["paper"],
+            subcategory=lambda w: config["tables"][TABLES[w.table]]["paper"],
         ),
     log:
         "logs/table/{table}.log",
@@ -21,9 +20,9 @@ rule table:
     conda:
         "../../envs/fed.yaml"
     params:
-        experiment=lambda w: config["experiments"][TABLES[w.table]],
-        preset=lambda w: preset(config["experiments"][TABLES[w.table]]["preset"]),
-        cells=lambda w: experiment_cells(config["experiments"][TABLES[w.table]]),
+        table=lambda w: config["tables"][TABLES[w.table]],
+        preset=lambda w: preset(config["tables"][TABLES[w.table]]["preset"]),
+        cells=lambda w: table_cells(config["tables"][TABLES[w.table]]),
         implemented=lambda w: [
             m for m in config["methods"] if algorithm(m) in ALGORITHMS
         ],

@@ -1,4 +1,4 @@
-"""Aggregate an experiment's cells into a reproduction table (csv, md, html)."""
+"""Aggregate a table's cells into a reproduction table (csv, md, html)."""
 
 import sys
 
@@ -6,7 +6,7 @@ sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout
 
 from fed.reporting.tables import build_table, collect_runs, paper_values, write_table
 
-exp, preset = snakemake.params.experiment, snakemake.params.preset
+exp, preset = snakemake.params.table, snakemake.params.preset
 cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input)]
 table = build_table(
     collect_runs(cells),
