@@ -170,3 +170,22 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
     full["tables"]["fedzda_table1"]["metrics"] = ["global_accuracy"]
     with pytest.raises(ValueError, match="unknown metric 'global_accuracy'; valid choices"):
         check_config(full)
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (
+            lambda f: f["fedzda_fig5"].update(strat_rounds=[80]),
+            "unknown key 'strat_rounds' for kind start_round_variance",
+        ),
+        (lambda f: f["fedzda_fig5"].update(start_rounds=[80, 101]), "start round 101 is past the last round (100)"),
+        (lambda f: f["fedzda_fig5"].update(method="fedzdx"), "unknown method 'fedzdx'"),
+        (lambda f: f["fedzda_fig3"]["source"].update(partition="shards"), "unknown partition 'shards'"),
+        (lambda f: f["fedzda_fig4"].update(kind="zsdg_grid"), "unknown kind 'zsdg_grid'; valid choices"),
+        (lambda f: f["fedzda_fig3"].pop("oracle"), "missing key 'oracle'"),
+    ],
+)
+def test_figure_keys_and_cells_are_checked_before_any_job(mutate, message):
+    with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
+        checked(lambda c: mutate(c["figures"]))

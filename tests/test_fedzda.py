@@ -1,6 +1,7 @@
 """ZSDG, Fed-ZDAC, Fed-ZDAS and the warm start of start-round runs."""
 
 import json
+import math
 
 import pytest
 import torch
@@ -123,3 +124,38 @@ def test_resnet_small_image_stem_keeps_resolution_and_can_be_inverted():
     assert model(torch.randn(2, 1, 28, 28)).shape == (2, 10)
     x, y, info = zsdg(model, 10, (1, 28, 28), ZSDGConfig(per_class=1, iterations=3), torch.Generator().manual_seed(0))
     assert x.shape == (10, 1, 28, 28) and info["loss_last"] < info["loss_first"]
+
+
+def test_fig3_counts_a_diverged_source_instead_of_crashing(tmp_path):
+    """Issue 8: Fig. 3 read per_class_acc of a diverged source (KeyError); divergence is a result."""
+    from fed.reporting.zsdg_figures import class_accuracy_table
+
+    model = build_model("cnn_mnist", 1, 10, 28)
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+
+    def record(name, diverged):
+        last = {"global_acc": None} if diverged else {"per_class_acc": [50.0] * 10}
+        path = tmp_path / f"{name}.json"
+        path.write_text(
+            json.dumps({"dataset": "synthetic", "config": {"model": "cnn_mnist"}, "diverged": diverged, "last": last})
+        )
+        return path, tmp_path / "model.pt"
+
+    ok, bad, oracle = record("ok", False), record("bad", True), record("oracle", False)
+    df = class_accuracy_table(
+        [("synthetic", 0, ok, oracle), ("synthetic", 1, bad, oracle)], {"per_class": 1, "iterations": 1}
+    )
+    assert len(df) == 10 and (df.seeds == 1).all() and (df.diverged_seeds == 1).all()
+    assert (df.model_acc == 50.0).all()
+
+
+def test_a_diverged_prefix_is_a_result_downstream(data, tmp_path):
+    """Issue 8: a diverged FedAvg prefix used to exit without its checkpoint (the prefix rule crashed). Now it
+    writes one, and a start-round run continuing from it is recorded as diverged."""
+    prefix = engine(data, "fedavg", rounds=2, lr=1e12, work_dir=tmp_path / "prefix")
+    assert prefix.run()["diverged"]
+    ckpt = tmp_path / "prefix" / "checkpoint.pt"
+    assert ckpt.exists()
+    late = engine(data, "fedzdac", {"start_round": 3, "zsdg": FAST_ZSDG}, rounds=4, lr=1e12, stages={"warm": ckpt})
+    result = late.run()
+    assert result["diverged"] and result["diverged_round"] <= 2 and math.isnan(result["last"]["global_acc"])

@@ -13,6 +13,7 @@ from fed.config import FLConfig, resolve_preset
 from fed.data import DATASETS, PARTITIONS
 from fed.metrics import METRICS
 from fed.models import MODELS
+from fed.reporting.figure_kinds import FIGURE_KINDS, key_errors
 
 
 def check_config(config: dict[str, Any]) -> list[str]:
@@ -62,9 +63,43 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 errors.append(f"{where}: unknown method {m!r}; defined methods: {sorted(methods)}")
             elif methods[m].get("algorithm", m) in PLANNED:
                 warnings.append(f"{where}: method {m!r} is not yet implemented; its rows say so")
+    for fname, fig in config.get("figures", {}).items():
+        errors += figure_errors(fname, fig, config)
     if errors:
         raise ValueError("invalid config:\n  - " + "\n  - ".join(dict.fromkeys(errors)))
     return warnings
+
+
+def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """A figure's keys (against its kind), and every cell it reads: preset, partition, method, start rounds."""
+    errors = key_errors(name, fig)
+    if errors:
+        return errors
+    kind, presets = FIGURE_KINDS[fig["kind"]], config.get("presets", {})
+    for preset in dict.fromkeys(kind.presets(fig)):
+        errors += [f"figure {name!r}: {e}" for e in preset_errors(presets, preset, fig["datasets"])]
+    if errors:
+        return errors
+    defined = config.get("methods", {})
+    try:
+        methods = defined | kind.variants(fig, defined)
+    except KeyError as err:
+        return [f"figure {name!r}: unknown method {err.args[0]!r}; defined methods: {sorted(defined)}"]
+    for c in kind.cells(fig):
+        if c["dataset"] not in DATASETS:
+            errors.append(f"figure {name!r}: unknown dataset {c['dataset']!r}; valid choices: {sorted(DATASETS)}")
+        if c["partition"] not in config.get("partitions", {}):
+            errors.append(f"figure {name!r}: unknown partition {c['partition']!r}")
+        if c["method"] not in methods:
+            errors.append(f"figure {name!r}: unknown method {c['method']!r}; defined methods: {sorted(methods)}")
+            continue
+        start = methods[c["method"]].get("start_round", 1)
+        rounds = resolve_preset(presets, c["preset"])["rounds"]
+        if start > rounds:
+            errors.append(
+                f"figure {name!r}: start round {start} is past the last round ({rounds}) of preset {c['preset']!r}"
+            )
+    return errors
 
 
 def preset_errors(presets: dict[str, Any], name: str, datasets: list[str]) -> list[str]:

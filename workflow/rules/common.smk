@@ -12,6 +12,7 @@ sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS, build_algorithm
+from fed.reporting.figure_kinds import FIGURE_KINDS, cell
 from fed.config import resolve_preset, with_papers
 from fed.validate import check_config
 from fed.tracking import default_uri
@@ -50,21 +51,8 @@ def algorithm(method):
     return config["methods"][method].get("algorithm", method)
 
 
-def start_variant(method, r):
-    """The method variant that starts augmenting at round r (start-round ablations), e.g. fedzdac-start90."""
-    name = f"{method}-start{r}"
-    config["methods"].setdefault(name, {**config["methods"][method], "start_round": r})
-    return name
-
-
 def cell_path(preset, dataset, partition, method, seed, file="metrics.json"):
     return f"{RESULTS}/runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/{file}"
-
-
-def cell(preset, dataset, partition, method, seed):
-    return dict(
-        preset=preset, dataset=dataset, partition=partition, method=method, seed=seed
-    )
 
 
 def table_cells(exp):
@@ -79,26 +67,14 @@ def table_cells(exp):
 
 
 def figure_cells(fig):
-    """Cells a figure reads, in a fixed order (see workflow/scripts/figure.py)."""
-    kind, seeds = fig["kind"], fig["seeds"]
-    if kind == "start_round_variance":
-        return [
-            cell(fig["preset"], d, fig["partition"], start_variant(fig["method"], r), s)
-            for d in fig["datasets"]
-            for r in fig["start_rounds"]
-            for s in seeds
-        ]
-    refs = (
-        [fig["source"], fig["oracle"]]
-        if kind == "zsdg_class_accuracy"
-        else list(fig["sources"].values())
-    )
-    return [
-        cell(ref["preset"], d, ref["partition"], ref["method"], s)
-        for d in fig["datasets"]
-        for s in seeds
-        for ref in refs
-    ]
+    """Cells a figure reads, in the order its kind draws them (fed.reporting.figure_kinds)."""
+    return FIGURE_KINDS[fig["kind"]].cells(fig)
+
+
+# Method variants that figures need and the config does not name (e.g. Fig. 5's fedzdac-start90).
+for _fig in config["figures"].values():
+    for _name, _spec in FIGURE_KINDS[_fig["kind"]].variants(_fig, config["methods"]).items():
+        config["methods"].setdefault(_name, _spec)
 
 
 # cell -> the paper whose MLflow experiment records it (the first experiment or figure that asks for it)

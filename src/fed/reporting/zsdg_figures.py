@@ -35,19 +35,44 @@ def _generate(model, record, zsdg_params, seed):
 
 def class_accuracy_table(pairs, zsdg_params: dict) -> pd.DataFrame:
     """``pairs``: (dataset, seed, (source metrics, source model), (oracle metrics, oracle model)). Per class: the
-    source FL model's test accuracy and the oracle's accuracy on ZSDG images inverted from the source."""
+    source FL model's test accuracy and the oracle's accuracy on ZSDG images inverted from the source. A diverged
+    source or oracle is a result, not a crash: its (dataset, seed) is counted in ``diverged`` and left out."""
     rows = []
     for dataset, seed, source, oracle in pairs:
         model, record = load_cell_model(*source)
-        oracle_model, _ = load_cell_model(*oracle)
+        oracle_model, oracle_record = load_cell_model(*oracle)
+        if record["diverged"] or oracle_record["diverged"]:
+            rows += [
+                {"dataset": dataset, "seed": seed, "class": c, "diverged": True}
+                for c in range(info(dataset).num_classes)
+            ]
+            continue
         x, y, _ = _generate(model, record, zsdg_params, seed)
         with torch.inference_mode():
             pred = oracle_model(x).argmax(1)
         oracle_acc = per_class_accuracy(pred.numpy(), y.numpy(), info(dataset).num_classes)
         for c, (m, o) in enumerate(zip(record["last"]["per_class_acc"], oracle_acc)):
-            rows.append({"dataset": dataset, "seed": seed, "class": c, "model_acc": m, "oracle_acc": float(o)})
-    df = pd.DataFrame(rows)
-    return df.groupby(["dataset", "class"], sort=False)[["model_acc", "oracle_acc"]].mean().reset_index()
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "seed": seed,
+                    "class": c,
+                    "model_acc": m,
+                    "oracle_acc": float(o),
+                    "diverged": False,
+                }
+            )
+    df = pd.DataFrame(rows, columns=["dataset", "seed", "class", "model_acc", "oracle_acc", "diverged"])
+    return (
+        df.groupby(["dataset", "class"], sort=False)
+        .agg(
+            model_acc=("model_acc", "mean"),
+            oracle_acc=("oracle_acc", "mean"),
+            seeds=("model_acc", "count"),
+            diverged_seeds=("diverged", "sum"),
+        )
+        .reset_index()
+    )
 
 
 def image_grid(source, zsdg_params: dict, seed: int) -> np.ndarray:

@@ -1,0 +1,24 @@
+"""What every figure kind shares: the common keys, JSON schemas of shared values, and the cell record."""
+
+from __future__ import annotations
+
+STR = {"type": "string"}
+CELLREF = {
+    "type": "object",
+    "required": ["preset", "partition", "method"],
+    "additionalProperties": False,
+    "properties": {"preset": STR, "partition": STR, "method": STR},
+}
+ZSDG = {"type": "object", "description": "ZSDG options (fed.zsdg.ZSDGConfig)"}
+COMMON_KEYS = {
+    "paper": (True, STR),
+    "kind": (True, STR),
+    "title": (False, STR),
+    "output": (True, STR),
+    "datasets": (True, {"type": "array", "items": STR, "minItems": 1}),
+    "seeds": (True, {"type": "array", "items": {"type": "integer", "minimum": 0}, "minItems": 1}),
+}
+
+
+def cell(preset: str, dataset: str, partition: str, method: str, seed: int) -> dict:
+    return dict(preset=preset, dataset=dataset, partition=partition, method=method, seed=seed)
