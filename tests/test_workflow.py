@@ -92,9 +92,15 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
             "ccvr",
             "fedgen",
             "feddata",
+            "fedprox_best-mu0.001",
+            "fedprox_best-mu1.0",
         ]
     )
     assert all(r.info.status == "FINISHED" and r.data.tags["fed.identity"] for r in base)
+    baselines = pd.read_csv(tmp_path / "reports/tables/baselines/smoke.csv")
+    swept = baselines[baselines.method == "fedprox_best"].iloc[0]
+    assert swept["variant"].startswith(("fedprox_best-mu0.001 ", "fedprox_best-mu1.0 "))
+    assert swept["variant"].endswith("(best local_acc_mean of 2)")
     shared = {r.data.tags["method"]: r.data.tags.get("shared.raw_samples") for r in base}
     assert shared["feddata"] and int(float(shared["feddata"])) > 0 and shared["fedavg"] is None
 

@@ -6,6 +6,7 @@ Lives above ``fed.config`` (which holds only types), so that nothing below impor
 from __future__ import annotations
 
 import inspect
+import itertools
 from typing import Any
 
 from fed.algorithms import ALGORITHMS, PLANNED
@@ -31,8 +32,11 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 f" (planned, not yet implemented: {sorted(PLANNED)})"
             )
         elif algo in ALGORITHMS:
-            params = {k: v for k, v in spec.items() if k != "algorithm"}
-            errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], params)]
+            params = {k: v for k, v in spec.items() if k not in ("algorithm", "sweep")}
+            grid = spec.get("sweep", {})
+            for combo in itertools.product(*grid.values()) if grid else [()]:
+                point = params | dict(zip(grid, combo))
+                errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], point)]
     for name, spec in partitions.items():
         if spec["scheme"] not in PARTITIONS:
             errors.append(f"partition {name!r}: unknown scheme {spec['scheme']!r}; valid choices: {sorted(PARTITIONS)}")
@@ -44,7 +48,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
     for ename, exp in config.get("tables", {}).items():
         where = f"table {ename!r}"
         errors += [f"{where}: {e}" for e in preset_errors(presets, exp["preset"], exp["datasets"])]
-        for metric in exp["metrics"]:
+        for metric in [*exp["metrics"], exp.get("select_by", "local_acc_mean")]:
             if metric not in METRICS:
                 errors.append(f"{where}: unknown metric {metric!r}; valid choices: {list(METRICS)}")
         for d in exp["datasets"]:

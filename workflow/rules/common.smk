@@ -58,11 +58,12 @@ def cell_path(preset, dataset, partition, method, seed, file="metrics.json"):
 def table_cells(exp):
     """Cells of a table's implemented methods."""
     return [
-        cell(exp["preset"], d, p, m, s)
+        cell(exp["preset"], d, p, v, s)
         for d, p, m, s in itertools.product(
             exp["datasets"], exp["partitions"], exp["methods"], exp["seeds"]
         )
         if algorithm(m) in ALGORITHMS
+        for v in SWEEPS.get(m, [m])
     ]
 
 
@@ -71,9 +72,31 @@ def figure_cells(fig):
     return FIGURE_KINDS[fig["kind"]].cells(fig)
 
 
+def sweep_variants(name, spec):
+    """{variant name: spec} of a method with a `sweep:` grid, e.g. fedprox-mu0.001 (the product of the grid)."""
+    base = {k: v for k, v in spec.items() if k != "sweep"}
+    grid = spec["sweep"]
+    return {
+        name + "-" + "-".join(f"{k}{v}" for k, v in zip(grid, combo)): base
+        | dict(zip(grid, combo))
+        for combo in itertools.product(*grid.values())
+    }
+
+
+# Swept methods (a paper's "best of" a grid) expand to one variant per grid point; tables pick among them.
+SWEEPS = {}
+for _name, _spec in list(config["methods"].items()):
+    if "sweep" in _spec:
+        _variants = sweep_variants(_name, _spec)
+        config["methods"].update(_variants)
+        SWEEPS[_name] = list(_variants)
+
+
 # Method variants that figures need and the config does not name (e.g. Fig. 5's fedzdac-start90).
 for _fig in config["figures"].values():
-    for _name, _spec in FIGURE_KINDS[_fig["kind"]].variants(_fig, config["methods"]).items():
+    for _name, _spec in (
+        FIGURE_KINDS[_fig["kind"]].variants(_fig, config["methods"]).items()
+    ):
         config["methods"].setdefault(_name, _spec)
 
 

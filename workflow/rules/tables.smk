@@ -23,6 +23,11 @@ rule table:
         table=lambda w: config["tables"][TABLES[w.table]],
         preset=lambda w: preset(config["tables"][TABLES[w.table]]["preset"]),
         cells=lambda w: table_cells(config["tables"][TABLES[w.table]]),
+        sweeps=lambda w: {
+            m: SWEEPS[m]
+            for m in config["tables"][TABLES[w.table]]["methods"]
+            if m in SWEEPS
+        },
         implemented=lambda w: [
             m for m in config["methods"] if algorithm(m) in ALGORITHMS
         ],

@@ -18,6 +18,8 @@ table = build_table(
     exp["metrics"],
     preset["report"],
     set(snakemake.params.implemented),
+    snakemake.params.sweeps,
+    exp["select_by"],
 )
 caption = (
     f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
@@ -25,5 +27,11 @@ caption = (
     f"({preset['num_clients']} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
     f"B={preset['batch_size']}, lr={preset['lr']}). Paper: {exp['paper']} {exp['table']}. "
     f"{preset.get('reduction') or 'Full paper setting.'}"
+    + (
+        f" Swept methods ({', '.join(snakemake.params.sweeps)}) show the variant with the best mean {exp['select_by']}"
+        " at the last round, chosen per dataset and partition (column 'variant')."
+        if snakemake.params.sweeps
+        else ""
+    )
 )
 write_table(table, snakemake.output.csv.removesuffix(".csv"), caption)

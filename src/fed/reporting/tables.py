@@ -66,9 +66,15 @@ def build_table(
     metrics: list[str],
     protocol: str,
     implemented: set[str],
+    sweeps: dict[str, list[str]] | None = None,
+    select_by: str = "local_acc_mean",
 ) -> pd.DataFrame:
     """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
-    never averaged in."""
+    never averaged in. A swept method (``sweeps``: method → its variants) shows, per dataset and partition, the
+    variant with the best mean ``select_by`` at the last round — by default the clients' held-out local test
+    splits, never the external test set the table reports."""
+    sweeps = sweeps or {}
+    chosen = select_variants(runs, sweeps, select_by)
     ref = paper[paper["table"] == table].set_index(["dataset", "partition", "method", "metric"])
     rows = []
     for dataset in datasets:
@@ -84,11 +90,14 @@ def build_table(
                         "metric": metric,
                         "paper": p_val + (f" ± {p_std}" if p_std else "") if p_val else "not reported",
                     }
+                    shown = chosen.get((dataset, partition, variant), variant)
+                    if variant in sweeps:
+                        row["variant"] = f"{shown} (best {select_by} of {len(sweeps[variant])})"
                     sel = (
                         runs[
                             (runs.dataset == dataset)
                             & (runs.partition == partition)
-                            & (runs.method == variant)
+                            & (runs.method == shown)
                             & (runs.metric == metric)
                         ]
                         if len(runs)
@@ -97,6 +106,25 @@ def build_table(
                     row |= _ours(sel, protocol, variant in implemented, float(p_val) if p_val else math.nan)
                     rows.append(row)
     return pd.DataFrame(rows)
+
+
+def select_variants(runs: pd.DataFrame, sweeps: dict[str, list[str]], select_by: str) -> dict[tuple, str]:
+    """(dataset, partition, swept method) → its variant with the highest mean ``select_by`` over the seeds that
+    did not diverge (last round)."""
+    chosen: dict[tuple, str] = {}
+    if not len(runs):
+        return chosen
+    for method, variants in sweeps.items():
+        sel = runs[
+            (runs.metric == select_by)
+            & (runs.protocol == "last")
+            & runs.method.isin(variants)
+            & ~runs.diverged.astype(bool)
+        ]
+        means = sel.groupby(["dataset", "partition", "method"])["value"].mean()
+        for (dataset, partition), group in means.groupby(level=[0, 1]):
+            chosen[(dataset, partition, method)] = group.idxmax()[2]
+    return chosen
 
 
 def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: float) -> dict:

@@ -1,0 +1,38 @@
+"""Reproduction tables: the selection rule of swept methods ("best of a sweep")."""
+
+import pandas as pd
+
+from fed.reporting.tables import build_table, select_variants
+
+
+def runs(rows):
+    return pd.DataFrame(
+        [
+            dict(dataset="d", partition="p", method=m, seed=s, protocol="last", metric=k, value=v, diverged=False)
+            for m, s, k, v in rows
+        ]
+    )
+
+
+def test_swept_method_shows_the_variant_best_on_held_out_client_data_not_on_the_test_set():
+    # mu=0.1 is best on the clients' local test splits (selection data); mu=1 is best on the external test set
+    r = runs(
+        [
+            ("fedprox-mu0.1", 0, "local_acc_mean", 80.0),
+            ("fedprox-mu0.1", 1, "local_acc_mean", 82.0),
+            ("fedprox-mu1", 0, "local_acc_mean", 70.0),
+            ("fedprox-mu1", 1, "local_acc_mean", 71.0),
+            ("fedprox-mu0.1", 0, "global_acc", 60.0),
+            ("fedprox-mu0.1", 1, "global_acc", 62.0),
+            ("fedprox-mu1", 0, "global_acc", 90.0),
+            ("fedprox-mu1", 1, "global_acc", 91.0),
+        ]
+    )
+    sweeps = {"fedprox": ["fedprox-mu0.1", "fedprox-mu1"]}
+    assert select_variants(r, sweeps, "local_acc_mean") == {("d", "p", "fedprox"): "fedprox-mu0.1"}
+    empty = pd.DataFrame(columns=["table", "dataset", "partition", "method", "metric", "value", "std"])
+    table = build_table(
+        r, empty, "T", ["d"], ["p"], {"fedprox": "fedprox"}, ["global_acc"], "last", {"fedprox"}, sweeps
+    )
+    row = table.iloc[0]
+    assert row["ours_mean"] == 61.0 and row["variant"] == "fedprox-mu0.1 (best local_acc_mean of 2)"
