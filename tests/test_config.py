@@ -189,3 +189,9 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
 def test_figure_keys_and_cells_are_checked_before_any_job(mutate, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
         checked(lambda c: mutate(c["figures"]))
+
+
+def test_a_table_of_an_unknown_paper_is_rejected_unless_it_says_it_has_no_published_numbers():
+    with pytest.raises(ValueError, match="no published numbers for paper 'fedzdaa'"):
+        checked(lambda c: c["tables"]["fedzda_table1"].update(paper="fedzdaa"))
+    assert checked(lambda c: c["tables"]["fedzda_table1"].update(paper="mine", published=False)) == []

@@ -144,3 +144,24 @@ def test_eight_concurrent_jobs_against_a_fresh_store_lose_nothing(tmp_path):
     runs = client.search_runs([client.get_experiment_by_name("fedzda").experiment_id])
     assert sorted(r.data.tags["seed"] for r in runs) == [str(i) for i in range(8)]
     assert all(len(client.get_metric_history(r.info.run_id, "global_acc")) == 100 for r in runs)
+
+
+@pytest.mark.slow
+def test_a_moved_project_or_a_new_paper_reruns_nothing(smoke_run, tmp_path):
+    """Issue 8: the SQLite URI was absolute and the paper list a parameter of mlflow_init, so copying the project
+    or adding a paper re-executed every cell."""
+    import shutil
+
+    workdir, _ = smoke_run
+    moved = tmp_path / "moved"
+    shutil.copytree(workdir, moved, symlinks=True)
+    smoke = str(REPO / "config/smoke.yaml")
+    assert "Nothing to be done" in snakemake(moved, "-n", "--configfile", smoke).stdout
+    extra = tmp_path / "extra.yaml"
+    extra.write_text(
+        "tables:\n  newpaper_table:\n    {paper: newpaper, table: T1, output: newpaper/t1, preset: smoke,\n"
+        "     datasets: [synthetic], partitions: [iid], methods: [fedavg], metrics: [global_acc], seeds: [7],\n"
+        "     published: false}\n"
+    )
+    counts = job_counts(snakemake(moved, "-n", "--configfile", smoke, str(extra)).stdout)
+    assert counts["train"] == 1 and counts["mlflow_init"] == 1  # only the new paper's cell and experiment

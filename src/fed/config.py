@@ -4,6 +4,7 @@ the per-paper config files. Cross-checks against the registries live above, in `
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -107,6 +108,17 @@ def resolve_preset(presets: dict[str, dict[str, Any]], name: str) -> dict[str, A
     for preset in reversed(chain):
         resolved |= {k: v for k, v in preset.items() if k != "base"}
     return resolved
+
+
+def sweep_variants(name: str, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{variant name: method spec} of a method with a ``sweep:`` grid, one per grid point, e.g. ``fedprox-mu0.01``."""
+    base = {k: v for k, v in spec.items() if k != "sweep"}
+    grid = spec["sweep"]
+    variants = {}
+    for combo in itertools.product(*grid.values()):
+        point = dict(zip(grid, combo))
+        variants[f"{name}-" + "-".join(f"{k}{v}" for k, v in point.items())] = base | point
+    return variants
 
 
 def merge_under(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

@@ -241,6 +241,7 @@ class Engine:
             "wall_seconds": self.wall_before + segment_seconds,
             "segment_seconds": segment_seconds,
             "device": str(self.ctx.device),
+            "threads": torch.get_num_threads(),  # part of the identity: results depend on it
             "shared": dict(self.ctx.ledger),
         }
 

@@ -8,6 +8,7 @@ so :func:`init_store` is called once by the ``mlflow_init`` rule; each training 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -17,8 +18,12 @@ MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 
 
+os.environ.setdefault("MLFLOW_DISABLE_TELEMETRY", "true")  # no usage reports from research jobs
+
+
 def default_uri(results_dir: str | Path) -> str:
-    return f"sqlite:///{Path(results_dir).resolve() / 'mlflow.db'}"
+    """The embedded store, relative to the workflow's directory (jobs run there): the project stays movable."""
+    return f"sqlite:///{Path(results_dir) / 'mlflow.db'}"
 
 
 def _client(uri: str):
@@ -28,20 +33,31 @@ def _client(uri: str):
 
 
 def init_store(uri: str, experiments: list[str]) -> dict[str, str]:
-    """Create the store (schema migrations run here, once) and the experiments; returns name -> id.
+    """Create the store (schema migrations run here, once) and the experiments; returns name -> id. A SQLite
+    store is created under a file lock: two papers' init jobs may start together."""
+    if uri.startswith("sqlite:///"):
+        from filelock import FileLock
 
-    With a SQLite store, artifacts go to ``mlflow-artifacts/`` beside the database file (MLflow's default,
-    ``./mlruns`` of whatever directory a job runs in, would scatter them)."""
+        db = Path(uri.removeprefix("sqlite:///"))
+        db.parent.mkdir(parents=True, exist_ok=True)
+        with FileLock(f"{db}.lock"):
+            client = _client(uri)
+            return {name: ensure_experiment(client, uri, name) for name in experiments}
     client = _client(uri)
-    artifact_root = (
-        Path(uri.removeprefix("sqlite:///")).parent / "mlflow-artifacts" if uri.startswith("sqlite:///") else None
-    )
-    ids = {}
-    for name in experiments:
-        exp = client.get_experiment_by_name(name)
-        location = (artifact_root / name).resolve().as_uri() if artifact_root else None
-        ids[name] = exp.experiment_id if exp else client.create_experiment(name, artifact_location=location)
-    return ids
+    return {name: ensure_experiment(client, uri, name) for name in experiments}
+
+
+def ensure_experiment(client, uri: str, name: str) -> str:
+    """The experiment's id, creating it if needed. With a SQLite store its artifacts go to ``mlflow-artifacts/``
+    beside the database file (MLflow's default, ``./mlruns`` of whatever directory a job runs in, would scatter
+    them — also when a deleted store is recreated by a training job)."""
+    exp = client.get_experiment_by_name(name)
+    if exp:
+        return exp.experiment_id
+    location = None
+    if uri.startswith("sqlite:///"):
+        location = (Path(uri.removeprefix("sqlite:///")).parent / "mlflow-artifacts" / name).resolve().as_uri()
+    return client.create_experiment(name, artifact_location=location)
 
 
 def git_commit(cwd: str | Path = ".") -> str:
@@ -109,8 +125,7 @@ class LiveRun:
 
         def attempt():
             client = _client(self.uri)
-            exp = client.get_experiment_by_name(self.experiment)
-            exp_id = exp.experiment_id if exp else client.create_experiment(self.experiment)
+            exp_id = ensure_experiment(client, self.uri, self.experiment)
             old = client.search_runs([exp_id], filter_string=f"tags.`fed.identity` = '{identity}'")
             if resumed and old:
                 client.update_run(old[0].info.run_id, status="RUNNING")

@@ -6,15 +6,15 @@ Lives above ``fed.config`` (which holds only types), so that nothing below impor
 from __future__ import annotations
 
 import inspect
-import itertools
 from typing import Any
 
 from fed.algorithms import ALGORITHMS, PLANNED
-from fed.config import FLConfig, resolve_preset
+from fed.config import FLConfig, resolve_preset, sweep_variants
 from fed.data import DATASETS, PARTITIONS
 from fed.metrics import METRICS
 from fed.models import MODELS
 from fed.reporting.figure_kinds import FIGURE_KINDS, key_errors
+from fed.reporting.tables import published_papers
 
 
 def check_config(config: dict[str, Any]) -> list[str]:
@@ -32,11 +32,10 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 f" (planned, not yet implemented: {sorted(PLANNED)})"
             )
         elif algo in ALGORITHMS:
-            params = {k: v for k, v in spec.items() if k not in ("algorithm", "sweep")}
-            grid = spec.get("sweep", {})
-            for combo in itertools.product(*grid.values()) if grid else [()]:
-                point = params | dict(zip(grid, combo))
-                errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], point)]
+            points = sweep_variants(name, spec).values() if "sweep" in spec else [spec]
+            for point in points:
+                params = {k: v for k, v in point.items() if k != "algorithm"}
+                errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], params)]
     for name, spec in partitions.items():
         if spec["scheme"] not in PARTITIONS:
             errors.append(f"partition {name!r}: unknown scheme {spec['scheme']!r}; valid choices: {sorted(PARTITIONS)}")
@@ -48,6 +47,11 @@ def check_config(config: dict[str, Any]) -> list[str]:
     for ename, exp in config.get("tables", {}).items():
         where = f"table {ename!r}"
         errors += [f"{where}: {e}" for e in preset_errors(presets, exp["preset"], exp["datasets"])]
+        if exp.get("published", True) and exp["paper"] not in published_papers():
+            errors.append(
+                f"{where}: no published numbers for paper {exp['paper']!r} (valid choices: "
+                f"{published_papers()}); set `published: false` for a table without them"
+            )
         for metric in [*exp["metrics"], exp.get("select_by", "local_acc_mean")]:
             if metric not in METRICS:
                 errors.append(f"{where}: unknown metric {metric!r}; valid choices: {list(METRICS)}")

@@ -13,7 +13,7 @@ sys.path.insert(
 )  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
-from fed.config import resolve_preset, with_papers
+from fed.config import resolve_preset, sweep_variants, with_papers
 from fed.validate import check_config
 from fed.tracking import default_uri
 
@@ -40,7 +40,9 @@ DATA = config["data_root"]
 RESULTS = config["results_dir"]
 REPORTS = config["reports_dir"]
 TRACKING_URI = config["tracking_uri"] or default_uri(RESULTS)
-MLFLOW_READY = f"{RESULTS}/mlflow.ready"
+MLFLOW_READY = (
+    f"{RESULTS}/mlflow/{{paper}}.ready"  # one per paper: adding a paper reruns nothing
+)
 
 
 def preset(name):
@@ -72,17 +74,6 @@ def figure_cells(fig):
     return FIGURE_KINDS[fig["kind"]].cells(fig)
 
 
-def sweep_variants(name, spec):
-    """{variant name: spec} of a method with a `sweep:` grid, e.g. fedprox-mu0.001 (the product of the grid)."""
-    base = {k: v for k, v in spec.items() if k != "sweep"}
-    grid = spec["sweep"]
-    return {
-        name + "-" + "-".join(f"{k}{v}" for k, v in zip(grid, combo)): base
-        | dict(zip(grid, combo))
-        for combo in itertools.product(*grid.values())
-    }
-
-
 # Swept methods (a paper's "best of" a grid) expand to one variant per grid point; tables pick among them.
 SWEEPS = {}
 for _name, _spec in list(config["methods"].items()):
@@ -109,12 +100,6 @@ for _item, _cells in [(e, table_cells(e)) for e in config["tables"].values()] + 
         CELL_PAPER.setdefault(tuple(_c.values()), _item["paper"])
 TABLES = {exp["output"]: name for name, exp in config["tables"].items()}
 FIGURES = {fig["output"]: name for name, fig in config["figures"].items()}
-PAPERS = sorted(
-    {
-        item["paper"]
-        for item in [*config["tables"].values(), *config["figures"].values()]
-    }
-)
 
 
 def method_stages(method):
@@ -165,7 +150,9 @@ def train_inputs(w):
     inputs = {
         "data": f"{DATA}/{w.dataset}/tensors.pt",
         "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
-        "store": MLFLOW_READY,
+        "store": MLFLOW_READY.format(
+            paper=CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))]
+        ),
     }
     for name, stage in method_stages(w.method).items():
         inputs[f"stage_{name}"] = stage_path(

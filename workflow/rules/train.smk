@@ -1,14 +1,13 @@
 rule mlflow_init:
-    """Create the tracking store and one experiment per paper before training jobs fan out."""
+    """Create the tracking store and a paper's experiment before its training jobs fan out."""
     output:
         MLFLOW_READY,
     log:
-        "logs/mlflow_init.log",
+        "logs/mlflow_init/{paper}.log",
     conda:
         "../../envs/fed.yaml"
     params:
         uri=TRACKING_URI,
-        experiments=PAPERS,
     script:
         "../scripts/mlflow_init.py"
 

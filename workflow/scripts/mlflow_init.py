@@ -8,5 +8,5 @@ from pathlib import Path
 
 from fed.tracking import init_store
 
-ids = init_store(snakemake.params.uri, snakemake.params.experiments)
+ids = init_store(snakemake.params.uri, [snakemake.wildcards.paper])
 Path(snakemake.output[0]).write_text("".join(f"{name}\t{i}\n" for name, i in ids.items()))

@@ -18,6 +18,15 @@ from fed.metrics import mean_std
 NOT_IMPLEMENTED = "not yet implemented"
 
 
+def published_papers() -> list[str]:
+    """Papers whose published numbers we transcribed (``fed/reporting/data/<paper>.csv``)."""
+    return sorted(
+        p.name.removesuffix(".csv")
+        for p in resources.files("fed.reporting").joinpath("data").iterdir()
+        if p.name.endswith(".csv")
+    )
+
+
 def paper_values(paper: str) -> pd.DataFrame:
     """Published numbers of ``paper``, transcribed from the paper (package data ``fed/reporting/data``)."""
     path = resources.files("fed.reporting").joinpath(f"data/{paper}.csv")
