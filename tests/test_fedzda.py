@@ -141,7 +141,18 @@ def test_fig3_counts_a_diverged_source_instead_of_crashing(tmp_path):
         )
         return path, tmp_path / "model.pt"
 
-    ok, bad, oracle = record("ok", False), record("bad", True), record("oracle", False)
+    oracle = tmp_path / "oracle.pt"  # what a centralized_model stage writes
+    torch.save(
+        {
+            "state": model.state_dict(),
+            "model": "cnn_mnist",
+            "dataset": "synthetic",
+            "diverged": False,
+            "last": {"global_acc": 90.0},
+        },
+        oracle,
+    )
+    ok, bad = record("ok", False), record("bad", True)
     df = class_accuracy_table(
         [("synthetic", 0, ok, oracle), ("synthetic", 1, bad, oracle)], {"per_class": 1, "iterations": 1}
     )

@@ -20,11 +20,12 @@ def job_counts(stdout: str) -> dict[str, int]:
 
 def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n").stdout)
-    # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 3 adds
-    # 3 oracles (its FL models are table cells), Fig. 4 three ResNet34 models, Fig. 5 3 start rounds x 3 seeds
-    assert counts["train"] == 90 + 3 + 3 + 9 and counts["table"] == 2 and counts["figure"] == 3
-    # Fig. 5's FedAvg prefixes (rounds 79, 89, 94) are stages computed once per seed and chained
-    assert counts["stage"] == 3 * 3
+    # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 4 three
+    # ResNet34 models, Fig. 5 3 start rounds x 3 seeds (Fig. 3's FL models are table cells, its oracles stages)
+    assert counts["train"] == 90 + 3 + 9 and counts["table"] == 2 and counts["figure"] == 3
+    # Fig. 5's FedAvg prefixes (rounds 79, 89, 94) are stages computed once per seed and chained; Fig. 3's three
+    # oracles (one per dataset) are centralized_model stages
+    assert counts["stage"] == 3 * 3 + 3
     assert counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
 
 
@@ -48,6 +49,7 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     assert sorted(zip(fig5.start_round, fig5.seed)) == [(2, 0), (2, 1), (3, 0), (3, 1)]
     fig3 = pd.read_csv(tmp_path / "reports/figures/fedzda/fig3.csv")
     assert list(fig3["class"]) == list(range(10)) and fig3.oracle_acc.between(0, 100).all()
+    assert fig3.oracle_test_acc.between(0, 100).all() and (fig3.seeds == 1).all()  # the oracle stage's own accuracy
     for fig in ("fig3", "fig4", "fig5"):
         assert (tmp_path / f"reports/figures/fedzda/{fig}.png").stat().st_size > 5000
     # start-round runs continue from the shared FedAvg prefixes (round 1, then round 2 chained on it)

@@ -92,7 +92,47 @@ def run_fedavg_prefix(
     shutil.copyfile(engine.checkpoint_path, out)
 
 
-STAGE_RUNNERS = {"fedavg_prefix": run_fedavg_prefix}
+def run_centralized_model(
+    stage: Stage,
+    cfg,
+    dataset,
+    data_root,
+    partition_file,
+    seed,
+    out,
+    work_dir,
+    lower=None,
+    threads: int = 1,
+    progress: TextIO | None = sys.stderr,
+):
+    """Centralized training for the preset's rounds; writes the model, its architecture and its last-round
+    metrics (an oracle is a result too: its test accuracy goes beside the figure that uses it)."""
+    engine = make_engine(
+        cfg,
+        MethodSpec("centralized", "centralized"),
+        dataset,
+        data_root,
+        partition_file,
+        seed,
+        threads,
+        work_dir=work_dir,
+        progress=progress,
+    )
+    summary = engine.run()
+    Path(out).parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "state": engine.global_state,
+            "model": cfg.model,
+            "dataset": dataset,
+            "diverged": summary["diverged"],
+            "last": _json_safe(summary["last"]),
+        },
+        out,
+    )
+
+
+STAGE_RUNNERS = {"fedavg_prefix": run_fedavg_prefix, "centralized_model": run_centralized_model}
 
 
 def run_stage(stage: Stage, *args, **kwargs) -> None:

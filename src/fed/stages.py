@@ -9,6 +9,9 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
   round r + 1 (Fed-ZDA's start-round ablations). ``continues_from`` makes prefixes of one trajectory chain: the
   prefix at round 89 continues from the one at 79. Optional: with ``warm_start: false`` each run recomputes it.
 
+- ``centralized_model``: a model trained centrally on every client's training data for the preset's rounds —
+  Fed-ZDA's oracle classifier (Sec. 4.4), which labels the ZSDG images of Fig. 3.
+
 DA-FL's per-client DP-CGANs and FedDPMS' stage I register here as kinds of their own.
 """
 
@@ -50,4 +53,5 @@ class StageKind:
 
 STAGE_KINDS: dict[str, StageKind] = {
     "fedavg_prefix": StageKind(optional=True, continues_from="rounds"),
+    "centralized_model": StageKind(),
 }

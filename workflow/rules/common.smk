@@ -115,12 +115,21 @@ def stage_path(preset, dataset, partition, seed, stage):
     return f"{RESULTS}/stages/{preset}/{dataset}/{partition}/seed{seed}/{stage.key}.pt"
 
 
-# Every stage the DAG needs, per (preset, dataset, partition, seed): one job each, shared by every cell needing it.
+def figure_stages(fig):
+    """(preset, dataset, partition, seed, Stage) a figure reads (e.g. Fig. 3's oracle), in its kind's order."""
+    return FIGURE_KINDS[fig["kind"]].stages(fig)
+
+
+# Every stage the DAG needs, per (preset, dataset, partition, seed): one job each, shared by every cell or figure
+# that needs it.
 STAGES = collections.defaultdict(dict)
 for _preset, _d, _p, _m, _s in CELL_PAPER:
     if algorithm(_m) in ALGORITHMS:
         for _stage in method_stages(_m).values():
             STAGES[(_preset, _d, _p, _s)][_stage.key] = _stage
+for _fig in config["figures"].values():
+    for *_key, _stage in figure_stages(_fig):
+        STAGES[tuple(_key)][_stage.key] = _stage
 
 
 def stage_inputs(w):
@@ -162,11 +171,15 @@ def train_inputs(w):
 
 
 def figure_inputs(w):
-    """metrics.json and model.pt of every cell the figure reads, in figure_cells order."""
+    """metrics.json and model.pt of every cell the figure reads, in figure_cells order, and its stages' files."""
     cells = figure_cells(config["figures"][FIGURES[w.figure]])
     return {
         "metrics": [cell_path(**c) for c in cells],
         "models": [cell_path(**c, file="model.pt") for c in cells],
+        "stages": [
+            stage_path(*key, stage)
+            for *key, stage in figure_stages(config["figures"][FIGURES[w.figure]])
+        ],
     }
 
 

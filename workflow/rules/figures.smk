@@ -22,8 +22,10 @@ rule figure:
         figure=lambda w: config["figures"][FIGURES[w.figure]],
         cells=lambda w: figure_cells(config["figures"][FIGURES[w.figure]]),
         presets=lambda w: {
-            c["preset"]: preset(c["preset"])
-            for c in figure_cells(config["figures"][FIGURES[w.figure]])
+            p: preset(p)
+            for p in FIGURE_KINDS[
+                config["figures"][FIGURES[w.figure]]["kind"]
+            ].presets(config["figures"][FIGURES[w.figure]])
         },
     script:
         "../scripts/figure.py"

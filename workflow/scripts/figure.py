@@ -16,6 +16,7 @@ FIGURE_KINDS[fig["kind"]].draw(
     fig,
     snakemake.params.cells,
     list(zip(snakemake.input.metrics, snakemake.input.models)),
+    list(snakemake.input.stages),
     snakemake.output.png,
     snakemake.output.csv,
     caption,

@@ -25,6 +25,15 @@ def load_cell_model(metrics_path: str | Path, model_path: str | Path) -> tuple[t
     return model.eval(), record
 
 
+def load_stage_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
+    """A model a ``centralized_model`` stage wrote (fed.runner.run_centralized_model), with its record."""
+    record = torch.load(path, weights_only=True)
+    meta = info(record["dataset"])
+    model = build_model(record["model"], meta.channels, meta.num_classes, meta.size)
+    model.load_state_dict(record["state"])
+    return model.eval(), record
+
+
 def _generate(model, record, zsdg_params, seed):
     meta = info(record["dataset"])
     cfg = ZSDGConfig.from_params(zsdg_params)
@@ -34,13 +43,14 @@ def _generate(model, record, zsdg_params, seed):
 
 
 def class_accuracy_table(pairs, zsdg_params: dict) -> pd.DataFrame:
-    """``pairs``: (dataset, seed, (source metrics, source model), (oracle metrics, oracle model)). Per class: the
-    source FL model's test accuracy and the oracle's accuracy on ZSDG images inverted from the source. A diverged
-    source or oracle is a result, not a crash: its (dataset, seed) is counted in ``diverged`` and left out."""
+    """``pairs``: (dataset, seed, (source metrics, source model), oracle stage file). Per class: the source FL
+    model's test accuracy, the oracle's accuracy on ZSDG images inverted from the source, and the oracle's own
+    test accuracy. A diverged source or oracle is a result, not a crash: its (dataset, seed) is counted in
+    ``diverged_seeds`` and left out."""
     rows = []
     for dataset, seed, source, oracle in pairs:
         model, record = load_cell_model(*source)
-        oracle_model, oracle_record = load_cell_model(*oracle)
+        oracle_model, oracle_record = load_stage_model(oracle)
         if record["diverged"] or oracle_record["diverged"]:
             rows += [
                 {"dataset": dataset, "seed": seed, "class": c, "diverged": True}

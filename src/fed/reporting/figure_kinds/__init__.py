@@ -6,7 +6,9 @@ A kind module defines
 - ``presets(fig)``: the presets its cells use (validated before any job);
 - ``variants(fig, methods)``: method variants it needs that the config does not name (e.g. start-round variants);
 - ``cells(fig)``: the cells it reads, in the order ``draw`` receives their files;
-- ``draw(fig, cells, files, png, csv, caption)``: files are (metrics.json, model.pt) per cell.
+- ``stages(fig)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle;
+- ``draw(fig, cells, files, stages, png, csv, caption)``: files are (metrics.json, model.pt) per cell, stages the
+  stage files in ``stages(fig)`` order.
 """
 
 from __future__ import annotations

@@ -38,7 +38,11 @@ def cells(fig):
     ]
 
 
-def draw(fig, cells, files, png, csv, caption):
+def stages(fig):
+    return []
+
+
+def draw(fig, cells, files, stages, png, csv, caption):
     from fed.reporting.figures import plot_start_round_variance
 
     rows = []

@@ -32,7 +32,11 @@ def cells(fig):
     ]
 
 
-def draw(fig, cells, files, png, csv, caption):
+def stages(fig):
+    return []
+
+
+def draw(fig, cells, files, stages, png, csv, caption):
     from fed.reporting.figures import plot_image_grids
     from fed.reporting.zsdg_figures import image_grid
 
