@@ -195,3 +195,15 @@ def test_a_table_of_an_unknown_paper_is_rejected_unless_it_says_it_has_no_publis
     with pytest.raises(ValueError, match="no published numbers for paper 'fedzdaa'"):
         checked(lambda c: c["tables"]["fedzda_table1"].update(paper="fedzdaa"))
     assert checked(lambda c: c["tables"]["fedzda_table1"].update(paper="mine", published=False)) == []
+
+
+def test_fed_check_names_the_file_and_line_snakemake_does_not(tmp_path):
+    """Snakemake says only "Config file is not valid JSON or YAML" for a broken overlay; `fed check` says where."""
+    bad = tmp_path / "overlay.yaml"
+    bad.write_text("presets:\n  a: {rounds: 3\n")
+    proc = subprocess.run([sys.executable, "-m", "fed.cli", "check", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1 and f"invalid YAML in {bad}, line 3" in proc.stderr
+    ok = subprocess.run(
+        [sys.executable, "-m", "fed.cli", "check", str(REPO / "config/smoke.yaml")], capture_output=True, text=True
+    )
+    assert ok.returncode == 0 and "config ok" in ok.stdout

@@ -1,4 +1,4 @@
-"""``fed`` command line, for use without Snakemake: prepare data, make a partition, run one cell."""
+"""``fed`` command line, for use without Snakemake: check a config, prepare data, make a partition, run one cell."""
 
 from __future__ import annotations
 
@@ -12,6 +12,8 @@ import yaml
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="fed", description=__doc__)
     sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("check", help="check config.yaml with overlays as the workflow will (YAML errors with line)")
+    p.add_argument("configfiles", nargs="*", help="overlays, as for snakemake --configfile")
     p = sub.add_parser("prepare", help="cache a dataset as tensors (download, offline import or synthetic)")
     p.add_argument("dataset")
     p.add_argument("--root", default="data")
@@ -42,7 +44,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("-o", "--out", required=True)
     args = ap.parse_args(argv)
 
-    if args.cmd == "prepare":
+    if args.cmd == "check":
+        try:
+            warnings = check_files(args.configfiles)
+        except ValueError as err:
+            raise SystemExit(f"fed check: {err}") from None
+        print("\n".join(["config ok", *warnings]))
+    elif args.cmd == "prepare":
         from fed.data.datasets import prepare
 
         print(prepare(args.dataset, args.root, download=not args.no_download))
@@ -90,15 +98,40 @@ def _kv(pairs: list[str]) -> dict:
     return {k: yaml.safe_load(v) for k, v in (p.split("=", 1) for p in pairs)}
 
 
+def check_files(overlays: list[str]) -> list[str]:
+    """The workflow's config (the checkout's config.yaml, the papers' files, then ``overlays``), validated by the
+    schema and ``check_config``; raises ValueError naming the file (and line, for YAML errors) or every problem."""
+    from snakemake.utils import update_config, validate
+
+    from fed.config import load_yaml, with_papers
+    from fed.validate import check_config
+
+    repo = _repo()
+    config = load_yaml(repo / "config.yaml")
+    for path in overlays:
+        update_config(config, load_yaml(path))
+    config = with_papers(config, repo / "config" / "papers")
+    try:
+        validate(config, str(repo / "workflow" / "schemas" / "config.schema.yaml"))
+    except Exception as err:
+        raise ValueError(str(err).strip().splitlines()[-1]) from None
+    return check_config(config)
+
+
+def _repo() -> Path:
+    repo = Path(__file__).resolve().parents[2]
+    if not (repo / "config.yaml").is_file():
+        raise ValueError("no config.yaml beside this installation of fed (use a checkout: pip install -e .)")
+    return repo
+
+
 def _preset(name: str) -> dict:
     """A YAML file of FLConfig fields, or a preset of the checkout's config.yaml and config/papers/*.yaml."""
     from fed.config import load_yaml, resolve_preset, with_papers
 
     if Path(name).is_file():
         return load_yaml(name)
-    repo = Path(__file__).resolve().parents[2]
-    if not (repo / "config.yaml").is_file():
-        raise ValueError(f"--preset {name}: not a file, and no config.yaml beside this installation of fed")
+    repo = _repo()
     config = with_papers(load_yaml(repo / "config.yaml"), repo / "config" / "papers")
     return resolve_preset(config.get("presets", {}), name)
 
