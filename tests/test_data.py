@@ -30,6 +30,8 @@ def test_missing_dataset_offline_says_what_to_put_where(tmp_path):
         prepare("mnist", tmp_path, download=False)
     msg = str(err.value)
     assert f"put MNIST/raw/{{train,t10k}}-{{images-idx3,labels-idx1}}-ubyte.gz under {tmp_path.resolve()}/" in msg
+    # with download: false torchvision reads only extracted files: the fix must say how the archives get extracted
+    assert "(download: false)" in msg and "rerun with download: true" in msg
     with pytest.raises(DatasetUnavailableError, match="cifar-10-python.tar.gz"):
         prepare("cifar10", tmp_path, download=False)
     with pytest.raises(DatasetUnavailableError, match="run the prepare_data rule"):

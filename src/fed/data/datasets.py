@@ -183,11 +183,22 @@ def _torchvision_arrays(meta: DatasetInfo, root: Path, split: str, download: boo
     try:
         ds = cls(str(root), download=download, **kwargs)
     except Exception as err:  # torchvision raises RuntimeError (missing) or URLError/OSError (offline)
+        # With download=False torchvision reads only extracted files; with download=True it extracts archives
+        # that are already there without touching the network.
+        how = (
+            "then rerun"
+            if download
+            else (
+                "then rerun with download: true (torchvision then extracts the archives without network access; with "
+                "download: false it reads only already-extracted files)"
+            )
+        )
         raise DatasetUnavailableError(
-            f"dataset {meta.name!r} ({split}) is not under {root.resolve()} and could not be downloaded "
-            f"({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. copy them from "
-            f'a machine with internet, where `python -c "import torchvision; torchvision.datasets.{meta.tv_class}'
-            f"('{root}', download=True)\"` fetches them — then rerun."
+            f"dataset {meta.name!r} ({split}) is not under {root.resolve()}"
+            + (" and could not be downloaded" if download else " (download: false)")
+            + f" ({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. copy them "
+            f'from a machine with internet, where `python -c "import torchvision; torchvision.datasets.'
+            f"{meta.tv_class}('{root}', download=True)\"` fetches them — {how}."
         ) from err
     x = torch.as_tensor(np.asarray(ds.data))  # MNIST-like (N,H,W); CIFAR (N,H,W,C); SVHN (N,C,H,W)
     if x.ndim == 3:
