@@ -207,3 +207,16 @@ def test_fed_check_names_the_file_and_line_snakemake_does_not(tmp_path):
         [sys.executable, "-m", "fed.cli", "check", str(REPO / "config/smoke.yaml")], capture_output=True, text=True
     )
     assert ok.returncode == 0 and "config ok" in ok.stdout
+
+
+@pytest.mark.parametrize(
+    "mutate,message",
+    [
+        (lambda c: c["partitions"]["unimodal"].update(shard_per_client=2), "unexpected keyword argument 'shard_per"),
+        (lambda c: c["partitions"]["multimodal"].update(classes_per_mode=50), "5 shares given for 0 modes"),
+        (lambda c: c["presets"]["fedzda"].update(num_clients=70000), "50000 samples cannot fill 140000 shards"),
+    ],
+)
+def test_partition_typos_and_impossible_values_fail_before_any_job(mutate, message):
+    with pytest.raises(ValueError, match=message):
+        checked(mutate)

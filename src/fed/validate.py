@@ -8,9 +8,12 @@ from __future__ import annotations
 import inspect
 from typing import Any
 
+import numpy as np
+
 from fed.algorithms import ALGORITHMS, PLANNED
 from fed.config import FLConfig, resolve_preset, sweep_variants
 from fed.data import DATASETS, PARTITIONS
+from fed.data.partition import make_partition
 from fed.metrics import METRICS
 from fed.models import MODELS
 from fed.reporting.figure_kinds import FIGURE_KINDS, key_errors
@@ -73,6 +76,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 warnings.append(f"{where}: method {m!r} is not yet implemented; its rows say so")
     for fname, fig in config.get("figures", {}).items():
         errors += figure_errors(fname, fig, config)
+    if not errors:
+        errors += partition_errors(config)
     if errors:
         raise ValueError("invalid config:\n  - " + "\n  - ".join(dict.fromkeys(errors)))
     return warnings
@@ -106,6 +111,42 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
         if start > rounds:
             errors.append(
                 f"figure {name!r}: start round {start} is past the last round ({rounds}) of preset {c['preset']!r}"
+            )
+    return errors
+
+
+def partition_errors(config: dict[str, Any]) -> list[str]:
+    """Every (preset, dataset, partition) the tables and figures use, partitioned once on class-balanced stand-in
+    labels of the dataset's size: parameter typos and impossible values (more classes per client than the dataset
+    has, more clients than samples) fail here, before any job, not in the partition job."""
+    combos = {
+        (t["preset"], d, p) for t in config.get("tables", {}).values() for d in t["datasets"] for p in t["partitions"]
+    }
+    for fig in config.get("figures", {}).values():
+        kind = FIGURE_KINDS[fig["kind"]]
+        combos |= {(c["preset"], c["dataset"], c["partition"]) for c in kind.cells(fig)}
+        combos |= {(preset, d, p) for preset, d, p, _, _ in kind.stages(fig)}
+    errors = []
+    for preset_name, dataset, partition in sorted(combos):
+        preset = resolve_preset(config["presets"], preset_name)
+        meta = DATASETS[dataset]
+        n = meta.n_train or config.get("synthetic", {}).get("n_train", 2000)
+        labels = np.arange(n) % meta.num_classes
+        spec = dict(config["partitions"][partition])
+        try:
+            make_partition(
+                labels,
+                spec.pop("scheme"),
+                preset.get("num_clients"),
+                0,
+                preset["local_test_fraction"],
+                preset.get("avg_client_size"),
+                **spec,
+            )
+        except (TypeError, ValueError) as err:
+            errors.append(
+                f"partition {partition!r} of {dataset} under preset {preset_name!r} "
+                f"({preset.get('num_clients')} clients, {n} samples): {err}"
             )
     return errors
 

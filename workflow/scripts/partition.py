@@ -15,11 +15,13 @@ preset = snakemake.params.preset
 part = make_partition(
     load_labels(snakemake.wildcards.dataset, Path(snakemake.input[0]).parents[1]),  # <root>/<dataset>/tensors.pt
     spec.pop("scheme"),
-    num_clients=preset["num_clients"],
+    num_clients=preset.get("num_clients"),
     avg_client_size=preset.get("avg_client_size"),
     seed=int(snakemake.wildcards.seed),
     local_test_fraction=preset["local_test_fraction"],
     **spec,
 )
-with open(snakemake.output[0], "w") as fh:
-    json.dump(part, fh)
+out = Path(snakemake.output[0])
+tmp = out.with_suffix(".tmp")
+tmp.write_text(json.dumps(part))
+tmp.replace(out)  # atomic: a killed job never leaves a truncated partition behind

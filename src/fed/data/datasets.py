@@ -29,6 +29,7 @@ class DatasetInfo:
     mean: tuple[float, ...]
     std: tuple[float, ...]
     files: str  # what to put where, for the offline error message (relative to the data root)
+    n_train: int = 0  # size of the official training split (0: set by config, the synthetic set)
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -43,6 +44,7 @@ DATASETS: dict[str, DatasetInfo] = {
             (0.1307,),
             (0.3081,),
             "MNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz",
+            60000,
         ),
         DatasetInfo(
             "fmnist",
@@ -54,6 +56,7 @@ DATASETS: dict[str, DatasetInfo] = {
             (0.3530,),
             "FashionMNIST/raw/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz "
             "(or: apt-get install dataset-fashion-mnist)",
+            60000,
         ),
         DatasetInfo(
             "cifar10",
@@ -64,6 +67,7 @@ DATASETS: dict[str, DatasetInfo] = {
             (0.4914, 0.4822, 0.4465),
             (0.2470, 0.2435, 0.2616),
             "cifar-10-python.tar.gz (extracted: cifar-10-batches-py/)",
+            50000,
         ),
         DatasetInfo(
             "cifar100",
@@ -74,6 +78,7 @@ DATASETS: dict[str, DatasetInfo] = {
             (0.5071, 0.4865, 0.4409),
             (0.2673, 0.2564, 0.2762),
             "cifar-100-python.tar.gz (extracted: cifar-100-python/)",
+            50000,
         ),
         DatasetInfo(
             "svhn",
@@ -84,6 +89,7 @@ DATASETS: dict[str, DatasetInfo] = {
             (0.4377, 0.4438, 0.4728),
             (0.1980, 0.2010, 0.1970),
             "train_32x32.mat and test_32x32.mat",
+            73257,
         ),
         DatasetInfo("synthetic", None, 1, 28, 10, (0.5,), (0.25,), "(generated, nothing to download)"),
     ]
