@@ -54,7 +54,7 @@ def test_smoke_workflow_through_slurm(slurm, tmp_path):
     assert "JobState=COMPLETED" in job and "gres:gpu:1" in job, job
 
     table = pd.read_csv(tmp_path / "reports/tables/fedzda/table2.csv")
-    assert (table.status == "ok").all() and set(table.method) == {"fedavg", "fedzdas"}
+    assert (table.verdict == "no paper value").all() and set(table.method) == {"fedavg", "fedzdas"}
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(f"sqlite:///{tmp_path / 'results/mlflow.db'}")

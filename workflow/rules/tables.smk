@@ -23,6 +23,7 @@ rule table:
         table=lambda w: config["tables"][TABLES[w.table]],
         preset=lambda w: preset(config["tables"][TABLES[w.table]]["preset"]),
         cells=lambda w: table_cells(config["tables"][TABLES[w.table]]),
+        verdict=config["verdict"],
         sweeps=lambda w: {
             m: SWEEPS[m]
             for m in config["tables"][TABLES[w.table]]["methods"]

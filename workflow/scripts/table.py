@@ -5,8 +5,10 @@ import sys
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
 from fed.reporting.tables import build_table, collect_runs, paper_values, write_table
+from fed.reporting.verdicts import Tolerance
 
 exp, preset = snakemake.params.table, snakemake.params.preset
+tolerance = Tolerance(**snakemake.params.verdict)
 cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input)]
 table = build_table(
     collect_runs(cells),
@@ -20,6 +22,8 @@ table = build_table(
     set(snakemake.params.implemented),
     snakemake.params.sweeps,
     exp["select_by"],
+    not_comparable=preset.get("reduction", ""),
+    tolerance=tolerance,
 )
 caption = (
     f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
@@ -34,4 +38,4 @@ caption = (
         else ""
     )
 )
-write_table(table, snakemake.output.csv.removesuffix(".csv"), caption)
+write_table(table, snakemake.output.csv.removesuffix(".csv"), caption, tolerance)

@@ -14,8 +14,20 @@ from pathlib import Path
 import pandas as pd
 
 from fed.metrics import mean_std
-
-NOT_IMPLEMENTED = "not yet implemented"
+from fed.reporting.verdicts import (
+    ABOVE,
+    BELOW,
+    COLOURS,
+    DEFAULT_TOLERANCE,
+    DIVERGED,
+    NO_PAPER,
+    NOT_COMPARABLE,
+    NOT_IMPLEMENTED,
+    REPRODUCED,
+    Tolerance,
+    category,
+    verdict,
+)
 
 
 def published_papers() -> list[str]:
@@ -77,11 +89,14 @@ def build_table(
     implemented: set[str],
     sweeps: dict[str, list[str]] | None = None,
     select_by: str = "local_acc_mean",
+    not_comparable: str = "",
+    tolerance: Tolerance = DEFAULT_TOLERANCE,
 ) -> pd.DataFrame:
     """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
     never averaged in. A swept method (``sweeps``: method → its variants) shows, per dataset and partition, the
     variant with the best mean ``select_by`` at the last round — by default the clients' held-out local test
-    splits, never the external test set the table reports."""
+    splits, never the external test set the table reports. Every row carries its verdict (``fed.reporting.verdicts``);
+    ``not_comparable`` says how the preset departs from the paper's protocol, if it does."""
     sweeps = sweeps or {}
     chosen = select_variants(runs, sweeps, select_by)
     ref = paper[paper["table"] == table].set_index(["dataset", "partition", "method", "metric"])
@@ -112,7 +127,12 @@ def build_table(
                         if len(runs)
                         else runs
                     )
-                    row |= _ours(sel, protocol, variant in implemented, float(p_val) if p_val else math.nan)
+                    paper_value = float(p_val) if p_val else math.nan
+                    paper_std = float(p_std) if p_std else math.nan
+                    row |= {"paper_value": paper_value, "paper_std": paper_std}
+                    row |= _ours(
+                        sel, protocol, variant in implemented, paper_value, paper_std, not_comparable, tolerance
+                    )
                     rows.append(row)
     return pd.DataFrame(rows)
 
@@ -136,15 +156,24 @@ def select_variants(runs: pd.DataFrame, sweeps: dict[str, list[str]], select_by:
     return chosen
 
 
-def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: float) -> dict:
+def _ours(
+    sel: pd.DataFrame,
+    protocol: str,
+    implemented: bool,
+    paper_value: float,
+    paper_std: float,
+    not_comparable: str,
+    tolerance: Tolerance,
+) -> dict:
     if not implemented:
         return {
             "ours": NOT_IMPLEMENTED,
             "ours_mean": math.nan,
             "ours_std": math.nan,
             "seeds": 0,
+            "diverged_seeds": 0,
             "delta": math.nan,
-            "status": NOT_IMPLEMENTED,
+            "verdict": NOT_IMPLEMENTED,
         }
     out = {}
     for prot in dict.fromkeys([protocol, "last"]):
@@ -159,17 +188,82 @@ def _ours(sel: pd.DataFrame, protocol: str, implemented: bool, paper_value: floa
                 "ours_mean": mean,
                 "ours_std": std,
                 "seeds": n,
+                "diverged_seeds": n_div,
                 "delta": mean - paper_value,
-                "status": f"{n_div} of {n + n_div} seeds diverged" if n_div else ("ok" if n else "no runs"),
+                "verdict": verdict(mean, std, n, n_div, paper_value, paper_std, not_comparable, tolerance),
             }
     return out
 
 
-def write_table(df: pd.DataFrame, out_prefix: str | Path, caption: str) -> None:
-    """A reproduction table: all columns in the CSV; the readable view (formatted delta) in md and html."""
-    shown = df.drop(columns=["ours_mean", "ours_std"]).copy()
-    shown["delta"] = shown["delta"].map(lambda d: f"{d:+.2f}" if math.isfinite(d) else "")
-    write_frame(shown, out_prefix, caption, csv_frame=df)
+def paper_layout(df: pd.DataFrame) -> pd.DataFrame:
+    """The paper's own layout: methods as rows, dataset × partition × metric as columns; each cell holds
+    "ours ± std (paper ± std)" and, in ``.attrs['verdicts']``, its verdict (same shape)."""
+
+    def text(r):
+        paper = "—" if not math.isfinite(r.paper_value) else fmt(r.paper_value, r.paper_std)
+        return f"{r.ours} ({paper})"
+
+    cells = df.assign(cell=[text(r) for r in df.itertuples()])
+    cols = ["dataset", "partition", "metric"]
+    table = cells.pivot_table(index="method", columns=cols, values="cell", aggfunc="first", sort=False)
+    verdicts = cells.pivot_table(index="method", columns=cols, values="verdict", aggfunc="first", sort=False)
+    order = list(dict.fromkeys(df.method))
+    table, verdicts = table.reindex(order), verdicts.reindex(order)
+    table.attrs["verdicts"] = verdicts
+    return table
+
+
+MARKS = {REPRODUCED: "✓", ABOVE: "↑", BELOW: "↓", NOT_COMPARABLE: "≠", NO_PAPER: "", DIVERGED: "✗"}
+
+
+def verdict_counts(df: pd.DataFrame) -> dict[str, int]:
+    return df.verdict.map(category).value_counts().to_dict()
+
+
+def write_table(
+    df: pd.DataFrame, out_prefix: str | Path, caption: str, tolerance: Tolerance = DEFAULT_TOLERANCE
+) -> None:
+    """A reproduction table: the long form (one row per cell and metric, every number) in the CSV; the paper's
+    layout, each cell "ours ± std (paper ± std)" marked (md) or coloured (html) by its verdict, in md and html."""
+    out = Path(out_prefix)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    df.to_csv(out.with_suffix(".csv"), index=False)
+    layout = paper_layout(df)
+    verdicts = layout.attrs["verdicts"]
+    counts = ", ".join(f"{n} {v}" for v, n in sorted(verdict_counts(df).items()))
+    legend = (
+        f"Verdicts ({counts}): reproduced ✓ when {tolerance.describe()}; above ↑ / below ↓ the paper "
+        "otherwise; ≠ not comparable (a reduced preset); no mark: no paper value; ✗ every seed diverged. "
+        "The CSV has every number, one row per cell."
+    )
+    header = [" / ".join(str(x) for x in col) for col in layout.columns]
+    md_rows = [
+        [m, *[f"{layout.loc[m, c]} {MARKS.get(category(str(verdicts.loc[m, c])), '')}".strip() for c in layout.columns]]
+        for m in layout.index
+    ]
+    md = pd.DataFrame(md_rows, columns=["method", *header]).to_markdown(index=False)
+    out.with_suffix(".md").write_text(f"{caption}\n\n{md}\n\n{legend}\n")
+    head = "".join(f"<th>{_html_escape(h)}</th>" for h in ["method", *header])
+    body = "".join(
+        "<tr><td>"
+        + _html_escape(str(m))
+        + "</td>"
+        + "".join(
+            f"<td style='background:{COLOURS.get(category(str(verdicts.loc[m, c])), '#fff')}' "
+            f"title='{_html_escape(str(verdicts.loc[m, c]))}'>{_html_escape(str(layout.loc[m, c]))}</td>"
+            for c in layout.columns
+        )
+        + "</tr>"
+        for m in layout.index
+    )
+    swatches = " ".join(
+        f"<span style='background:{COLOURS[v]};padding:1px 6px'>{v}</span>"
+        for v in (REPRODUCED, ABOVE, BELOW, NOT_COMPARABLE, NO_PAPER, DIVERGED)
+    )
+    out.with_suffix(".html").write_text(
+        f"{_HTML_HEAD}<p>{_html_escape(caption)}</p><table class='fedrepro-table'><tr>{head}</tr>{body}</table>"
+        f"<p>{swatches}</p><p>{_html_escape(legend)}</p>\n"
+    )
 
 
 def write_frame(df: pd.DataFrame, out_prefix: str | Path, caption: str, csv_frame: pd.DataFrame | None = None) -> None:
@@ -179,11 +273,13 @@ def write_frame(df: pd.DataFrame, out_prefix: str | Path, caption: str, csv_fram
     (df if csv_frame is None else csv_frame).to_csv(out.with_suffix(".csv"), index=False)
     out.with_suffix(".md").write_text(f"{caption}\n\n{df.to_markdown(index=False)}\n")
     html = df.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
-    out.with_suffix(".html").write_text(
-        "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
-        "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}caption{text-align:left;"
-        f"font-weight:bold;margin:6px 0}}</style><p>{_html_escape(caption)}</p>{html}\n"
-    )
+    out.with_suffix(".html").write_text(f"{_HTML_HEAD}<p>{_html_escape(caption)}</p>{html}\n")
+
+
+_HTML_HEAD = (
+    "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
+    "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}</style>"
+)
 
 
 def _html_escape(s: str) -> str:

@@ -1,0 +1,124 @@
+"""The verdict rule on constructed cases: a cell far from the paper can never read "reproduced"."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from fed.reporting.tables import build_table, paper_layout
+from fed.reporting.verdicts import Tolerance, verdict
+
+NAN = math.nan
+
+
+@pytest.mark.parametrize(
+    "ours,ours_std,paper,paper_std,expected",
+    [
+        (25.8, 0.5, 83.1, 0.4, "below paper"),  # q-FFL in the quick run: -57 pp
+        (73.1, 0.1, 83.1, 0.1, "below paper"),  # 10 pp with tight stds
+        (93.1, 0.1, 83.1, 0.1, "above paper"),
+        (81.2, 0.3, 83.1, 0.2, "reproduced"),  # within the 2 pp floor
+        (79.0, 1.5, 83.1, 1.5, "reproduced"),  # 4.1 pp <= 2 * sqrt(1.5^2 + 1.5^2) = 4.24
+        (78.0, 1.5, 83.1, 1.5, "below paper"),  # 5.1 pp > 4.24
+        (80.0, NAN, 83.1, NAN, "below paper"),  # one seed, no paper std: the floor alone
+        (6.70, 1.0, 6.70, NAN, "reproduced"),  # a variance, in its own unit
+    ],
+)
+def test_verdict_rule(ours, ours_std, paper, paper_std, expected):
+    assert verdict(ours, ours_std, 3, 0, paper, paper_std) == expected
+
+
+def test_verdict_precedence():
+    assert verdict(NAN, NAN, 0, 3, 83.1, 0.4) == "diverged (3 of 3 seeds)"
+    assert verdict(NAN, NAN, 0, 0, 83.1, 0.4) == "no runs"
+    assert verdict(50.0, 1.0, 3, 0, NAN, NAN) == "no paper value"
+    reduced = verdict(83.0, 0.1, 3, 0, 83.1, 0.1, not_comparable="12 of 100 rounds")
+    assert reduced == "not comparable (12 of 100 rounds)"  # even when the numbers happen to agree
+    assert verdict(80.0, 0.0, 3, 0, 83.1, 0.0, tolerance=Tolerance(floor=5.0)) == "reproduced"
+
+
+def runs(values, metric="global_acc", method="qffl"):
+    return pd.DataFrame(
+        [
+            dict(
+                dataset="fmnist",
+                partition="unimodal",
+                method=method,
+                seed=s,
+                protocol="last",
+                metric=metric,
+                value=v,
+                diverged=False,
+            )
+            for s, v in enumerate(values)
+        ]
+    )
+
+
+PAPER = pd.DataFrame(
+    [
+        dict(
+            table="Table 2",
+            dataset="fmnist",
+            partition="unimodal",
+            method="qffl",
+            metric="global_acc",
+            value="83.10",
+            std="0.40",
+        )
+    ]
+)
+
+
+def test_a_cell_57_points_below_the_paper_reads_below_never_reproduced():
+    table = build_table(
+        runs([25.0, 26.0, 26.4]),
+        PAPER,
+        "Table 2",
+        ["fmnist"],
+        ["unimodal"],
+        {"qffl": "qffl"},
+        ["global_acc"],
+        "last",
+        {"qffl"},
+    )
+    row = table.iloc[0]
+    assert row.verdict == "below paper" and row.delta == pytest.approx(25.8 - 83.1)
+    assert row.paper_value == 83.1 and row.paper_std == 0.4
+
+
+def test_quick_config_cells_are_not_comparable_and_say_why():
+    table = build_table(
+        runs([83.0, 83.2]),
+        PAPER,
+        "Table 2",
+        ["fmnist"],
+        ["unimodal"],
+        {"qffl": "qffl"},
+        ["global_acc"],
+        "last",
+        {"qffl"},
+        not_comparable="12 of 100 rounds",
+    )
+    assert table.iloc[0].verdict == "not comparable (12 of 100 rounds)"
+
+
+def test_paper_layout_methods_as_rows_dataset_partition_metric_as_columns():
+    both = pd.concat([runs([80.0, 82.0]), runs([70.0, 72.0], method="fedavg")])
+    table = build_table(
+        both,
+        PAPER,
+        "Table 2",
+        ["fmnist"],
+        ["unimodal"],
+        {"fedavg": "fedavg", "qffl": "qffl"},
+        ["global_acc"],
+        "last",
+        {"fedavg", "qffl"},
+    )
+    layout = paper_layout(table)
+    assert list(layout.index) == ["fedavg", "qffl"]
+    assert list(layout.columns) == [("fmnist", "unimodal", "global_acc")]
+    assert layout.loc["qffl"].iloc[0] == "81.00 ± 1.41 (83.10 ± 0.40)"
+    assert layout.loc["fedavg"].iloc[0] == "71.00 ± 1.41 (—)"
+    assert layout.attrs["verdicts"].loc["qffl"].iloc[0] == "reproduced"
