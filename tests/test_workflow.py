@@ -108,6 +108,16 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     shared = {r.data.tags["method"]: r.data.tags.get("shared.raw_samples") for r in base}
     assert shared["feddata"] and int(float(shared["feddata"])) > 0 and shared["fedavg"] is None
 
+    claims = pd.read_csv(tmp_path / "reports/tables/fedzda/claims.csv").set_index("claim")
+    assert set(claims.index) == {
+        "zda_best_local_accuracy",
+        "zda_lowest_client_variance",
+        "zda_earlier_start_lower_variance",
+    }
+    assert set(claims.verdict) <= {"supported", "contradicted", "inconclusive", "not evaluated (no comparable runs)"}
+    assert claims.loc["zda_best_local_accuracy", "evidence"].startswith("synthetic/")  # tested on the smoke cells
+    assert claims.setting.str.startswith("not comparable (smoke config").all()
+
     costs = pd.read_csv(tmp_path / "reports/tables/fedzda/costs_smoke.csv")
     assert (costs[costs.method == "fedavg"].relative_to_fedavg == 1).all()
     assert (costs[costs.method == "fedzdac"].zsdg_seconds_per_round > 0).all()

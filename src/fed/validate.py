@@ -76,6 +76,19 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 warnings.append(f"{where}: method {m!r} is not yet implemented; its rows say so")
     for fname, fig in config.get("figures", {}).items():
         errors += figure_errors(fname, fig, config)
+    for cname, claim in config.get("claims", {}).items():
+        source = config.get("tables", {}).get(claim["source"]) or config.get("figures", {}).get(claim["source"])
+        if source is None:
+            errors.append(
+                f"claim {cname!r}: unknown source {claim['source']!r}; tables and figures: "
+                f"{sorted([*config.get('tables', {}), *config.get('figures', {})])}"
+            )
+        elif source["paper"] != claim["paper"]:
+            errors.append(f"claim {cname!r} of {claim['paper']!r} reads {claim['source']!r} of {source['paper']!r}")
+        elif claim["kind"] == "trend" and "x" not in claim:
+            errors.append(f"claim {cname!r}: a trend needs `x` (the column it trends over)")
+        elif claim["kind"] == "best_method" and not claim.get("methods"):
+            errors.append(f"claim {cname!r}: best_method needs `methods` (the candidates)")
     if not errors:
         errors += partition_errors(config)
     if errors:

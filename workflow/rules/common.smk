@@ -198,7 +198,39 @@ def table_outputs():
     costs = {(e["paper"], e["preset"]) for e in config["tables"].values()}
     tables = [f"{REPORTS}/tables/{t}" for t in TABLES]
     tables += [f"{REPORTS}/tables/{paper}/costs_{p}" for paper, p in sorted(costs)]
+    tables += [f"{REPORTS}/tables/{paper}/claims" for paper in sorted(CLAIM_PAPERS)]
     return [f"{t}.{ext}" for t in tables for ext in ("csv", "md", "html")]
+
+
+CLAIM_PAPERS = {c["paper"] for c in config["claims"].values()}
+
+
+def claim_sources(paper):
+    """{source name: CSV path} of the tables and figures a paper's claims read."""
+    names = {c["source"] for c in config["claims"].values() if c["paper"] == paper}
+    paths = {}
+    for name in sorted(names):
+        if name in config["tables"]:
+            paths[name] = f"{REPORTS}/tables/{config['tables'][name]['output']}.csv"
+        else:
+            paths[name] = f"{REPORTS}/figures/{config['figures'][name]['output']}.csv"
+    return paths
+
+
+def source_reduction(name):
+    """Why a claim's source does not follow the paper's protocol ('' when it does)."""
+    if name in config["tables"]:
+        presets = [config["tables"][name]["preset"]]
+    else:
+        fig = config["figures"][name]
+        presets = FIGURE_KINDS[fig["kind"]].presets(fig)
+    return "; ".join(
+        dict.fromkeys(
+            preset(p).get("reduction", "")
+            for p in presets
+            if preset(p).get("reduction")
+        )
+    )
 
 
 def figure_outputs():

@@ -57,3 +57,29 @@ rule costs:
         cells=lambda w: cost_cells(w.paper, w.preset),
     script:
         "../scripts/costs.py"
+
+
+rule claims:
+    """A paper's headline statements, each supported / contradicted / inconclusive by a test over seeds."""
+    input:
+        unpack(lambda w: claim_sources(w.paper)),
+    output:
+        csv=f"{REPORTS}/tables/{{paper}}/claims.csv",
+        md=f"{REPORTS}/tables/{{paper}}/claims.md",
+        html=report(
+            f"{REPORTS}/tables/{{paper}}/claims.html",
+            caption="../report/claims.rst",
+            category="Summary",
+            subcategory="{paper}",
+        ),
+    log:
+        "logs/claims/{paper}.log",
+    conda:
+        "../../envs/fed.yaml"
+    params:
+        claims=lambda w: {
+            n: c for n, c in config["claims"].items() if c["paper"] == w.paper
+        },
+        reductions=lambda w: {s: source_reduction(s) for s in claim_sources(w.paper)},
+    script:
+        "../scripts/claims.py"

@@ -1,0 +1,121 @@
+"""A paper's headline statements as testable comparisons over our cells, each *supported*, *contradicted* or
+*inconclusive* by a stated test over seeds — Welch's t-test (one-sided, α = 0.05) from the means, sample stds and
+seed counts of the tables — with the numbers beside it.
+
+Kinds (``claims.<name>.kind`` in a paper's config):
+- ``best_method``: in every (dataset, partition) of a table, the best of ``methods`` beats every other method of
+  the table on ``metric`` (``higher_is_better``). Supported: significantly better everywhere; contradicted: some
+  other method significantly better somewhere; else inconclusive.
+- ``trend``: in a figure's CSV, ``metric`` falls (or rises, ``decreasing: false``) as ``x`` grows: supported when
+  each step's change has the stated sign significantly (first vs last value by Welch's t), contradicted when the
+  opposite sign is significant.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from scipy import stats
+
+ALPHA = 0.05
+SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
+NOT_RUN = "not evaluated (no comparable runs)"
+
+
+def better(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int, higher: bool = True) -> float:
+    """One-sided p-value of "1 is better than 2" (Welch); NaN with fewer than 2 seeds on either side."""
+    if n1 < 2 or n2 < 2 or not all(map(math.isfinite, (m1, s1, m2, s2))):
+        return math.nan
+    if s1 == 0 and s2 == 0:
+        return 0.0 if (m1 > m2) == higher and m1 != m2 else 1.0
+    alternative = "greater" if higher else "less"
+    return float(stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False, alternative=alternative).pvalue)
+
+
+def best_method(table: pd.DataFrame, claim: dict) -> dict:
+    higher = claim.get("higher_is_better", True)
+    rows = table[table.metric == claim["metric"]]
+    if "datasets" in claim:
+        rows = rows[rows.dataset.isin(claim["datasets"])]
+    evidence, outcomes = [], []
+    for (dataset, partition), g in rows.groupby(["dataset", "partition"], sort=False):
+        g = g[g.seeds > 0]
+        cand, other = g[g.method.isin(claim["methods"])], g[~g.method.isin(claim["methods"])]
+        if cand.empty or other.empty:
+            continue
+        best = cand.loc[cand.ours_mean.idxmax() if higher else cand.ours_mean.idxmin()]
+        rival = other.loc[other.ours_mean.idxmax() if higher else other.ours_mean.idxmin()]
+        p_win = better(best.ours_mean, best.ours_std, best.seeds, rival.ours_mean, rival.ours_std, rival.seeds, higher)
+        p_lose = better(rival.ours_mean, rival.ours_std, rival.seeds, best.ours_mean, best.ours_std, best.seeds, higher)
+        outcomes.append(SUPPORTED if p_win < ALPHA else CONTRADICTED if p_lose < ALPHA else INCONCLUSIVE)
+        evidence.append(
+            f"{dataset}/{partition}: {best.method} {best.ours_mean:.2f} vs {rival.method} "
+            f"{rival.ours_mean:.2f} (p={p_win:.3g})"
+        )
+    return _combine(outcomes, evidence)
+
+
+def trend(df: pd.DataFrame, claim: dict) -> dict:
+    x, metric, decreasing = claim["x"], claim["metric"], claim.get("decreasing", True)
+    df = df[~df.get("diverged", pd.Series(False, index=df.index)).astype(bool)]
+    evidence, outcomes = [], []
+    for dataset, g in df.groupby("dataset", sort=False):
+        agg = g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index()
+        if len(agg) < 2:
+            continue
+        lo, hi = agg.iloc[0], agg.iloc[-1]
+        # decreasing in x: the value at the smallest x is higher than at the largest, and vice versa
+        first, last = (lo["mean"], lo["std"], int(lo["count"])), (hi["mean"], hi["std"], int(hi["count"]))
+        p_claim = better(*first, *last, higher=decreasing)
+        p_opposite = better(*first, *last, higher=not decreasing)
+        outcomes.append(SUPPORTED if p_claim < ALPHA else CONTRADICTED if p_opposite < ALPHA else INCONCLUSIVE)
+        evidence.append(
+            f"{dataset}: {metric} at {x}={agg.index[0]} {lo['mean']:.2f} vs {x}={agg.index[-1]} "
+            f"{hi['mean']:.2f} (p={p_claim:.3g})"
+        )
+    return _combine(outcomes, evidence)
+
+
+def _combine(outcomes: list[str], evidence: list[str]) -> dict:
+    if not outcomes:
+        verdict = NOT_RUN
+    elif CONTRADICTED in outcomes:
+        verdict = CONTRADICTED
+    elif all(o == SUPPORTED for o in outcomes):
+        verdict = SUPPORTED
+    else:
+        verdict = INCONCLUSIVE
+    return {"verdict": verdict, "evidence": "; ".join(evidence)}
+
+
+KINDS = {"best_method": best_method, "trend": trend}
+
+
+def claims_table(
+    claims: dict[str, dict], frames: dict[str, pd.DataFrame], not_comparable: dict[str, str]
+) -> pd.DataFrame:
+    """One row per claim: its statement, test, verdict and evidence. ``frames``: the table or figure CSV each
+    claim reads (by its ``source``); ``not_comparable``: source → why its runs do not follow the paper's
+    protocol (then the claim is about our reduced setting, and the row says so)."""
+    rows = []
+    for name, claim in claims.items():
+        result = KINDS[claim["kind"]](frames[claim["source"]], claim)
+        note = not_comparable.get(claim["source"], "")
+        rows.append(
+            {
+                "claim": name,
+                "statement": claim["statement"],
+                "test": TESTS[claim["kind"]],
+                "verdict": result["verdict"],
+                "evidence": result["evidence"],
+                "setting": f"not comparable ({note})" if note else "paper protocol",
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+TESTS = {
+    "best_method": "best candidate vs best other method per dataset/partition, Welch's t one-sided, α = 0.05",
+    "trend": "metric at the smallest vs the largest x, Welch's t one-sided, α = 0.05",
+}

@@ -1,0 +1,55 @@
+"""Claims are tested over seeds: supported, contradicted or inconclusive, never assumed."""
+
+import pandas as pd
+
+from fed.reporting.claims import CONTRADICTED, INCONCLUSIVE, NOT_RUN, SUPPORTED, best_method, claims_table, trend
+
+
+def table(rows):
+    return pd.DataFrame(
+        [
+            dict(
+                dataset="fmnist", partition=p, method=m, metric="local_acc_mean", ours_mean=mean, ours_std=std, seeds=n
+            )
+            for p, m, mean, std, n in rows
+        ],
+        columns=["dataset", "partition", "method", "metric", "ours_mean", "ours_std", "seeds"],
+    )
+
+
+CLAIM = {"metric": "local_acc_mean", "methods": ["fedzdac", "fedzdas"]}
+
+
+def test_best_method_supported_contradicted_inconclusive():
+    clear_win = table([("uni", "fedzdac", 86.0, 0.3, 3), ("uni", "fedavg", 84.0, 0.3, 3)])
+    assert best_method(clear_win, CLAIM)["verdict"] == SUPPORTED
+    clear_loss = table([("uni", "fedzdac", 83.1, 0.3, 3), ("uni", "fedavg", 85.0, 0.3, 3)])
+    assert best_method(clear_loss, CLAIM)["verdict"] == CONTRADICTED  # the paper's own Table 2 unimodal case
+    noisy = table([("uni", "fedzdac", 86.0, 3.0, 3), ("uni", "fedavg", 85.0, 3.0, 3)])
+    assert best_method(noisy, CLAIM)["verdict"] == INCONCLUSIVE
+    one_seed = table([("uni", "fedzdac", 90.0, float("nan"), 1), ("uni", "fedavg", 80.0, float("nan"), 1)])
+    assert best_method(one_seed, CLAIM)["verdict"] == INCONCLUSIVE  # no test with a single seed
+    mixed = pd.concat([clear_win, clear_loss.assign(partition="multi")])
+    assert best_method(mixed, CLAIM)["verdict"] == CONTRADICTED  # "in both partitions"
+    lower = best_method(clear_loss, CLAIM | {"higher_is_better": False})
+    assert lower["verdict"] == SUPPORTED and "fedzdac 83.10 vs fedavg 85.00" in lower["evidence"]
+
+
+def test_trend_and_claims_table():
+    fig5 = pd.DataFrame(
+        [
+            dict(dataset="fmnist", start_round=r, seed=s, diverged=False, client_acc_variance=v)
+            for r, vals in [(80, [200, 210, 205]), (90, [260, 270, 250]), (95, [300, 310, 320])]
+            for s, v in enumerate(vals)
+        ]
+    )
+    claim = {"x": "start_round", "metric": "client_acc_variance", "decreasing": False}
+    assert trend(fig5, claim)["verdict"] == SUPPORTED  # earlier start, lower variance
+    assert trend(fig5, claim | {"decreasing": True})["verdict"] == CONTRADICTED
+    claims = {
+        "c": {"kind": "trend", "source": "fig5", "statement": "s", **claim},
+        "d": {"kind": "best_method", "source": "t1", "statement": "s", **CLAIM},
+    }
+    out = claims_table(claims, {"fig5": fig5, "t1": table([])}, {"fig5": "12 of 100 rounds"})
+    assert list(out.verdict) == [SUPPORTED, NOT_RUN]
+    assert list(out.setting) == ["not comparable (12 of 100 rounds)", "paper protocol"]
