@@ -72,7 +72,7 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     # Fig. 4 IID and label-3 FL models, Fig. 5 two start rounds x 2 seeds
     assert len(runs) == 20 + 1 + 2 + 4
     run = next(r for r in runs if r.data.tags["method"] == "qffl" and r.data.tags["seed"] == "1")
-    assert run.data.tags["paper"] == "fedzda" and run.data.tags["git_commit"]
+    assert run.data.tags["paper"] == "fedzda" and run.data.tags["git_commit"] and run.data.tags["threads"] == "1"
     assert run.data.params["method.params.q"] == "1.0" and run.data.params["preset.rounds"] == "3"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == [1, 2, 3]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"metrics.json", "history.csv"}

@@ -154,6 +154,7 @@ class LiveRun:
         tags = {
             "diverged": str(summary["diverged"]).lower(),
             "device": summary["device"],
+            "threads": str(summary.get("threads", "")),
             **{f"shared.{k}": str(v) for k, v in summary.get("shared", {}).items()},
         }
 

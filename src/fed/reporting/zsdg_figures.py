@@ -69,15 +69,18 @@ def class_accuracy_table(pairs, zsdg_params: dict) -> pd.DataFrame:
                     "class": c,
                     "model_acc": m,
                     "oracle_acc": float(o),
+                    "oracle_test_acc": oracle_record["last"]["global_acc"],
                     "diverged": False,
                 }
             )
-    df = pd.DataFrame(rows, columns=["dataset", "seed", "class", "model_acc", "oracle_acc", "diverged"])
+    columns = ["dataset", "seed", "class", "model_acc", "oracle_acc", "oracle_test_acc", "diverged"]
+    df = pd.DataFrame(rows, columns=columns)
     return (
         df.groupby(["dataset", "class"], sort=False)
         .agg(
             model_acc=("model_acc", "mean"),
             oracle_acc=("oracle_acc", "mean"),
+            oracle_test_acc=("oracle_test_acc", "mean"),
             seeds=("model_acc", "count"),
             diverged_seeds=("diverged", "sum"),
         )
