@@ -10,6 +10,8 @@ import shutil
 import signal
 import sys
 import threading
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -60,84 +62,79 @@ def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, see
     return f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
 
 
-def run_fedavg_prefix(
-    stage: Stage,
-    cfg,
-    dataset: str,
-    data_root,
-    partition_file,
-    seed: int,
-    out,
-    work_dir,
-    lower: str | Path | None = None,
-    threads: int = 1,
-    progress: TextIO | None = sys.stderr,
-):
+@dataclass
+class StageJob:
+    """One stage to run: what it is, on which dataset, where its file goes, the lower stage it continues from,
+    and ``engine(method, rounds=None, **engine_kwargs)`` — an engine on the stage's data, partition, seed and work
+    directory."""
+
+    stage: Stage
+    dataset: str
+    out: Path
+    lower: str | None
+    engine: Callable[..., Engine]
+
+
+def run_fedavg_prefix(job: StageJob) -> None:
     """FedAvg up to round r; its final checkpoint seeds every start-round run after it."""
-    cfg = dataclasses.replace(cfg, rounds=stage.param("rounds"))
-    engine = make_engine(
-        cfg,
-        MethodSpec("fedavg", "fedavg"),
-        dataset,
-        data_root,
-        partition_file,
-        seed,
-        threads,
-        work_dir=work_dir,
-        stages={"warm": lower} if lower else None,
-        progress=progress,
-    )
-    engine.run()  # a diverged prefix still ends with its checkpoint, so the runs after it record the divergence
-    Path(out).parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(engine.checkpoint_path, out)
+    run = job.engine("fedavg", rounds=job.stage.param("rounds"), stages={"warm": job.lower} if job.lower else None)
+    run.run()  # a diverged prefix still ends with its checkpoint, so the runs after it record the divergence
+    shutil.copyfile(run.checkpoint_path, job.out)
 
 
-def run_centralized_model(
-    stage: Stage,
-    cfg,
-    dataset,
-    data_root,
-    partition_file,
-    seed,
-    out,
-    work_dir,
-    lower=None,
-    threads: int = 1,
-    progress: TextIO | None = sys.stderr,
-):
+def run_centralized_model(job: StageJob) -> None:
     """Centralized training for the preset's rounds; writes the model, its architecture and its last-round
     metrics (an oracle is a result too: its test accuracy goes beside the figure that uses it)."""
-    engine = make_engine(
-        cfg,
-        MethodSpec("centralized", "centralized"),
-        dataset,
-        data_root,
-        partition_file,
-        seed,
-        threads,
-        work_dir=work_dir,
-        progress=progress,
-    )
-    summary = engine.run()
+    run = job.engine("centralized")
+    summary = run.run()
+    record = {
+        "state": run.global_state,
+        "model": run.cfg.model,
+        "dataset": job.dataset,
+        "diverged": summary["diverged"],
+        "last": _json_safe(summary["last"]),
+    }
+    torch.save(record, job.out)
+
+
+STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
+    "fedavg_prefix": run_fedavg_prefix,
+    "centralized_model": run_centralized_model,
+}
+
+
+def run_stage(
+    stage: Stage,
+    cfg: FLConfig,
+    dataset: str,
+    data_root: str | Path,
+    partition_file: str | Path,
+    seed: int,
+    out: str | Path,
+    work_dir: str | Path,
+    lower: str | None = None,
+    threads: int = 1,
+    progress: TextIO | None = sys.stderr,
+) -> None:
+    """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``."""
+
+    def engine(method: str, rounds: int | None = None, **kwargs) -> Engine:
+        run_cfg = cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)
+        return make_engine(
+            run_cfg,
+            MethodSpec(method, method),
+            dataset,
+            data_root,
+            partition_file,
+            seed,
+            threads,
+            work_dir=work_dir,
+            progress=progress,
+            **kwargs,
+        )
+
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    torch.save(
-        {
-            "state": engine.global_state,
-            "model": cfg.model,
-            "dataset": dataset,
-            "diverged": summary["diverged"],
-            "last": _json_safe(summary["last"]),
-        },
-        out,
-    )
-
-
-STAGE_RUNNERS = {"fedavg_prefix": run_fedavg_prefix, "centralized_model": run_centralized_model}
-
-
-def run_stage(stage: Stage, *args, **kwargs) -> None:
-    """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file."""
-    STAGE_RUNNERS[stage.kind](stage, *args, **kwargs)
+    STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine))
 
 
 def _json_safe(obj):
