@@ -170,3 +170,28 @@ def test_a_diverged_prefix_is_a_result_downstream(data, tmp_path):
     late = engine(data, "fedzdac", {"start_round": 3, "zsdg": FAST_ZSDG}, rounds=4, lr=1e12, stages={"warm": ckpt})
     result = late.run()
     assert result["diverged"] and result["diverged_round"] <= 2 and math.isnan(result["last"]["global_acc"])
+
+
+def test_fedzdas_keeps_the_real_bn_statistics_of_the_aggregate(data):
+    """Server training on generated images must not overwrite the aggregated model's BN running statistics
+    (option; the old behaviour is keep_bn_statistics=False)."""
+    from fed.rounds import run_round
+
+    def after_one_round(keep):
+        e = engine(data, "fedzdas", {"zsdg": FAST_ZSDG, "keep_bn_statistics": keep}, rounds=1)
+        captured = {}
+        original = e.algorithm.server_update
+
+        def spy(ctx, model, results):
+            captured["aggregate"] = {k: v.clone() for k, v in model.state_dict().items() if "running" in k}
+            original(ctx, model, results)
+
+        e.algorithm.server_update = spy
+        e.algorithm.setup(e.ctx)
+        run_round(e.ctx, e.algorithm)
+        return captured["aggregate"], {k: v for k, v in e.global_state.items() if "running" in k}
+
+    aggregate, kept = after_one_round(True)
+    assert all(torch.equal(aggregate[k], kept[k]) for k in aggregate)
+    aggregate, overwritten = after_one_round(False)
+    assert not all(torch.equal(aggregate[k], overwritten[k]) for k in aggregate)

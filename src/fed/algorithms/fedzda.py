@@ -81,10 +81,18 @@ class FedZDAS(_ZeroShotAugmentation):
     name = "fedzdas"
 
     def __init__(
-        self, start_round: int = 1, zsdg: dict | None = None, server_epochs: int = 1, server_lr: float | None = None
+        self,
+        start_round: int = 1,
+        zsdg: dict | None = None,
+        server_epochs: int = 1,
+        server_lr: float | None = None,
+        keep_bn_statistics: bool = True,
     ):
         super().__init__(start_round, zsdg)
         self.server_epochs, self.server_lr = server_epochs, server_lr
+        # Server training runs BN in train mode: ~1,000 generated images would overwrite the aggregated model's
+        # running statistics (weight 0.9^100 left on the real ones after 100 steps). Keep the real-data ones.
+        self.keep_bn_statistics = keep_bn_statistics
 
     def server_update(self, ctx, model, results) -> None:
         if not self.augmenting(ctx):
@@ -95,6 +103,7 @@ class FedZDAS(_ZeroShotAugmentation):
             source.load_state_dict(r.state)
             fakes.append(self.generate(ctx, source, r.client))
         x, y = (torch.cat(parts) for parts in zip(*fakes))
+        real_statistics = {k: v.clone() for k, v in model.state_dict().items() if _is_bn_buffer(k)}
         ctx.round_metrics["server_loss"] = ctx.train(
             model,
             x,
@@ -104,3 +113,9 @@ class FedZDAS(_ZeroShotAugmentation):
             epochs=self.server_epochs,
             lr=self.server_lr,
         ).loss
+        if self.keep_bn_statistics:
+            model.load_state_dict(real_statistics, strict=False)
+
+
+def _is_bn_buffer(key: str) -> bool:
+    return key.endswith(("running_mean", "running_var", "num_batches_tracked"))
