@@ -59,59 +59,81 @@ def zsdg(
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
     """Generate ``cfg.per_class`` labelled images per class from ``model``. Returns (x, y, info), where info
     holds the loss at the first and last iteration and the source model's accuracy (%) on what it generated."""
+    return zsdg_batched(model, num_classes, input_shape, cfg, [generator], device, memory_format)[0]
+
+
+def zsdg_batched(
+    model: nn.Module,
+    num_classes: int,
+    input_shape: tuple[int, ...],
+    cfg: ZSDGConfig,
+    generators: list[torch.Generator],
+    device: torch.device | str = "cpu",
+    memory_format: torch.memory_format = torch.contiguous_format,
+) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, float]]]:
+    """One independent ZSDG batch per generator, optimised in one pass (Fed-ZDAC: every sampled client inverts
+    the same global model). Each batch keeps its own BN-statistics loss over its own images, and the objective is
+    the sum of the batches' objectives: with the model in eval mode no image depends on another batch, and Adam /
+    SGD act elementwise, so each batch follows the trajectory it would follow alone (floating-point tolerance)."""
     layers = bn_layers(model)
     was_training = model.training
     requires = [p.requires_grad for p in model.parameters()]
     model.eval()
     for p in model.parameters():
         p.requires_grad_(False)
+    groups = len(generators)
     bn_loss: list[torch.Tensor] = []
 
     def hook(module, inputs, _output):
-        z = inputs[0]
-        dims = [d for d in range(z.dim()) if d != 1]
-        mean, var = z.mean(dims), z.var(dims, unbiased=False)
+        z = inputs[0].reshape(groups, -1, *inputs[0].shape[1:])  # (group, batch, channel, ...)
+        dims = [d for d in range(z.dim()) if d not in (0, 2)]
+        mean, var = z.mean(dims), z.var(dims, unbiased=False)  # (group, channel)
         bn_loss.append(
-            (mean - module.running_mean).pow(2).sum()
-            + ((var + module.eps).sqrt() - (module.running_var + module.eps).sqrt()).pow(2).sum()
+            (mean - module.running_mean).pow(2).sum(1)
+            + ((var + module.eps).sqrt() - (module.running_var + module.eps).sqrt()).pow(2).sum(1)
         )
 
     handles = [layer.register_forward_hook(hook) for layer in layers]
     y = torch.arange(num_classes, device=device).repeat_interleave(cfg.per_class)
-    x = torch.randn((len(y), *input_shape), generator=generator).to(device, memory_format=memory_format)
-    x.requires_grad_(True)
+    n = len(y)
+    x = torch.cat([torch.randn((n, *input_shape), generator=g) for g in generators])
+    x = x.to(device, memory_format=memory_format).requires_grad_(True)
+    y_all = y.repeat(groups)
     opt = torch.optim.Adam([x], lr=cfg.lr) if cfg.optimizer == "adam" else torch.optim.SGD([x], lr=cfg.lr)
-    losses = []
+    losses: list[torch.Tensor] = []
     try:
         for _ in range(cfg.iterations):
             bn_loss.clear()
             inp = x
             if cfg.jitter:
-                dx, dy = torch.randint(-cfg.jitter, cfg.jitter + 1, (2,), generator=generator).tolist()
-                inp = torch.roll(x, shifts=(dx, dy), dims=(2, 3))
-            ce = F.cross_entropy(model(inp), y)
-            loss = cfg.bn_weight * torch.stack(bn_loss).sum() + cfg.ce_weight * ce
+                shifts = [torch.randint(-cfg.jitter, cfg.jitter + 1, (2,), generator=g).tolist() for g in generators]
+                inp = torch.cat([torch.roll(xg, shifts=tuple(s), dims=(2, 3)) for xg, s in zip(x.split(n), shifts)])
+            ce = F.cross_entropy(model(inp), y_all, reduction="none").view(groups, n).mean(1)
+            loss = cfg.bn_weight * torch.stack(bn_loss).sum(0) + cfg.ce_weight * ce  # per group
             if cfg.tv_weight:
-                loss = loss + cfg.tv_weight * total_variation(x)
+                loss = loss + cfg.tv_weight * torch.stack([total_variation(xg) for xg in x.split(n)])
             opt.zero_grad(set_to_none=True)
-            loss.backward()
+            loss.sum().backward()
             opt.step()
-            losses.append(loss.item())
+            losses.append(loss.detach())
         with torch.no_grad():
             bn_loss.clear()
-            acc = 100.0 * (model(x).argmax(1) == y).float().mean().item()
+            hits = (model(x).argmax(1) == y_all).float().view(groups, n).mean(1)
     finally:
         for h in handles:
             h.remove()
         for p, r in zip(model.parameters(), requires):
             p.requires_grad_(r)
         model.train(was_training)
-    info = {
-        "loss_first": losses[0] if losses else float("nan"),
-        "loss_last": losses[-1] if losses else float("nan"),
-        "source_acc": acc,
-    }
-    return x.detach(), y, info
+    out = []
+    for i, xg in enumerate(x.detach().split(n)):
+        info = {
+            "loss_first": float(losses[0][i]) if losses else float("nan"),
+            "loss_last": float(losses[-1][i]) if losses else float("nan"),
+            "source_acc": 100.0 * float(hits[i]),
+        }
+        out.append((xg, y, info))
+    return out
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:

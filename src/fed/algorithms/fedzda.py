@@ -19,7 +19,7 @@ import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm, ClientResult
 from fed.stages import Stage
-from fed.zsdg import ZSDGConfig, bn_layers, zsdg
+from fed.zsdg import ZSDGConfig, bn_layers, zsdg_batched
 
 
 class _ZeroShotAugmentation(Algorithm):
@@ -43,36 +43,56 @@ class _ZeroShotAugmentation(Algorithm):
     def augmenting(self, ctx) -> bool:
         return ctx.round >= self.start_round
 
-    def generate(self, ctx, model, key: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """ZSDG from ``model`` with the stream (seed, "zsdg", round, key); cost and quality go to the round's
-        metrics (summed seconds, mean source-model accuracy on the generated samples)."""
+    def generate(self, ctx, model, keys: list[int]) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """ZSDG from ``model``, one batch per key with the stream (seed, "zsdg", round, key), optimised together;
+        cost and quality go to the round's metrics (seconds, mean source-model accuracy on the samples)."""
         t0 = time.perf_counter()
-        x, y, info = zsdg(
+        batches = zsdg_batched(
             model,
             ctx.num_classes,
             ctx.input_shape,
             self.zsdg,
-            ctx.rng("zsdg", ctx.round, key),
+            [ctx.rng("zsdg", ctx.round, k) for k in keys],
             ctx.device,
             ctx.memory_format,
         )
         m = ctx.round_metrics
-        n = m.get("zsdg_calls", 0)
-        m["zsdg_source_acc"] = (m.get("zsdg_source_acc", 0.0) * n + info["source_acc"]) / (n + 1)
-        m["zsdg_calls"] = n + 1
+        for _, y, info in batches:
+            n = m.get("zsdg_calls", 0)
+            m["zsdg_source_acc"] = (m.get("zsdg_source_acc", 0.0) * n + info["source_acc"]) / (n + 1)
+            m["zsdg_calls"] = n + 1
+            m["synthetic_samples"] = m.get("synthetic_samples", 0) + len(y)
         m["zsdg_seconds"] = m.get("zsdg_seconds", 0.0) + time.perf_counter() - t0
-        m["synthetic_samples"] = m.get("synthetic_samples", 0) + len(y)
-        return x, y
+        return [(x, y) for x, y, _ in batches]
 
 
 class FedZDAC(_ZeroShotAugmentation):
+    """Every sampled client inverts the same global model M_G,t-1, so by default (``batch_clients``) their ZSDG
+    batches are optimised in one pass at the round's first client update (same result as one by one)."""
+
     name = "fedzdac"
+
+    def __init__(self, start_round: int = 1, zsdg: dict | None = None, batch_clients: bool = True):
+        super().__init__(start_round, zsdg)
+        self.batch_clients = batch_clients
+        self._round_clients: list[int] = []
+        self._fakes: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def select_clients(self, ctx):
+        clients = super().select_clients(ctx)
+        self._round_clients = clients
+        self._fakes = {}
+        return clients
 
     def client_update(self, ctx, client) -> ClientResult:
         if not self.augmenting(ctx):
             return super().client_update(ctx, client)
         ctx.model.load_state_dict(ctx.global_state)
-        x_fake, y_fake = self.generate(ctx, ctx.model, client)
+        if client not in self._fakes:
+            keys = [k for k in self._round_clients if k not in self._fakes] if self.batch_clients else [client]
+            self._fakes.update(zip(keys, self.generate(ctx, ctx.model, keys)))
+            ctx.model.load_state_dict(ctx.global_state)
+        x_fake, y_fake = self._fakes.pop(client)
         x, y = ctx.client_data(client)
         return self.train_locally(ctx, client, torch.cat([x, x_fake]), torch.cat([y, y_fake]))
 
@@ -101,7 +121,7 @@ class FedZDAS(_ZeroShotAugmentation):
         fakes = []
         for r in results:
             source.load_state_dict(r.state)
-            fakes.append(self.generate(ctx, source, r.client))
+            fakes += self.generate(ctx, source, [r.client])
         x, y = (torch.cat(parts) for parts in zip(*fakes))
         real_statistics = {k: v.clone() for k, v in model.state_dict().items() if _is_bn_buffer(k)}
         ctx.round_metrics["server_loss"] = ctx.train(
