@@ -214,8 +214,8 @@ def test_batched_zsdg_matches_separate_generation(trained):
 
 def test_fedzdac_batched_run_equals_client_by_client(data):
     params = {"zsdg": FAST_ZSDG}
-    batched = engine(data, "fedzdac", params).run()
-    separate = engine(data, "fedzdac", params | {"batch_clients": False}).run()
+    batched = engine(data, "fedzdac", params | {"batch_clients": True}).run()
+    separate = engine(data, "fedzdac", params).run()
     for a, b in zip(batched["history"], separate["history"]):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
         assert a["zsdg_calls"] == b["zsdg_calls"] == 3
