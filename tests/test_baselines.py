@@ -1,13 +1,16 @@
 """Each baseline's update rule on a tiny case whose expected value is computed by hand (numbers in comments)."""
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 import torch
 from torch import nn
 
+from fed.algorithms.base import LocalContext
 from fed.algorithms.ccvr import class_statistics, combine_statistics
+from fed.algorithms.fedbr import FedBR, adversarial_step
 from fed.algorithms.feddecorr import decorrelation_loss
 from fed.algorithms.fedgen import label_weights
 from fed.algorithms.fedlc import calibrated_logits
@@ -16,6 +19,7 @@ from fed.algorithms.fednova import fednova_update, normaliser
 from fed.algorithms.fedntd import not_true, not_true_distillation
 from fed.algorithms.scaffold import control_variate_update
 from fed.losses import contrastive_loss, soft_cross_entropy
+from fed.models.base import SequentialSplit
 from fed.sharing import mean_batches, share_subset
 
 T = torch.tensor
@@ -61,6 +65,41 @@ def test_moon_contrastive_loss_by_hand():
     assert contrastive_loss(z, pos, neg, 1.0).item() == pytest.approx(math.log(1 + math.exp(-1)))
     # tau = 0.5 doubles the logits: log(1 + e^-2)
     assert contrastive_loss(z, pos, neg, 0.5).item() == pytest.approx(math.log(1 + math.exp(-2)))
+
+
+class _ScaleSecond(nn.Module):
+    """P(h) = (h₁, a·h₂): a one-parameter projection whose gradient is easy by hand."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.tensor(1.0))
+
+    def forward(self, h):
+        return h * torch.stack([torch.ones(()), self.a])
+
+
+def test_fedbr_max_step_by_hand():
+    # h_p = (1, 1), h_g = (1, 0), h_l = (0, 1); P(h_p) = (1, a): sim to global 1/√(1+a²), to local a/√(1+a²).
+    # ℓ = log(1 + e^{(s⁻ − s⁺)/τ}); at a = 1 the exponent is 0, so dℓ/da = ½ · (1/τ) · d[(a−1)/√(1+a²)]/da = ½·2·(1/√2)
+    p = _ScaleSecond()
+    adversarial_step(p, T([[1.0, 1.0]]), T([[1.0, 0.0]]), T([[0.0, 1.0]]), tau=0.5, lr=0.1)
+    assert p.a.item() == pytest.approx(1 + 0.1 / math.sqrt(2), rel=1e-6)  # ascent: the local view gains
+
+
+def test_fedbr_min_step_holds_the_projection_fixed():
+    torch.manual_seed(0)
+    model = SequentialSplit(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), nn.Linear(3, 2))
+    fedbr = FedBR(pseudo_batch=5)
+    model.extras = nn.ModuleDict(fedbr.extra_modules(model, (4,)))
+    fedbr.x_bar, fedbr.y_bar = torch.randn(6, 4), torch.full((6, 2), 0.5)
+    ctx = SimpleNamespace(cfg=SimpleNamespace(lr=0.1), global_model=lambda: model)
+    local = LocalContext(0, [], {"pool": torch.arange(6), "rng": torch.Generator().manual_seed(0)})
+    before = [q.detach().clone() for q in model.extras.parameters()]
+    loss = fedbr.local_loss(model, torch.randn(8, 4), torch.randint(2, (8,)), local, ctx)
+    loss.backward()
+    assert all(q.grad is None for q in model.extras.parameters())  # SGD leaves P where the max step put it
+    assert any(not torch.equal(q, b) for q, b in zip(model.extras.parameters(), before))  # the max step moved it
+    assert all(q.grad is not None for q in model.body.parameters())
 
 
 def test_fedmix_and_naivemix_by_hand():

@@ -1,44 +1,78 @@
 """FedBR (Guo, Tang & Lin, ICML 2023): reduce the local learning bias with globally shared pseudo-data.
 
-Pseudo-data x_p are FedMix-style means of groups of M local samples, shared once by every client. Locally:
-    loss = CE(f(x), y)                                         the client's data
-         + λ_cls · CE(f(x_p), uniform)                         balance the local classifier's outputs (component 1)
-         + λ_con · ℓ_con(φ_l(x_p); φ_g(x_p), mean φ_l(x))      pull local features of x_p to the global model's,
-                                                               push them from the local data's mean (component 2)
-with ℓ_con the two-view contrastive loss of MOON. The paper's adversarial (max) step on a projection layer is not
-implemented (docs/deviations.md).
+Pseudo-data x_p are FedMix-style means of groups of M local samples, shared once by every client. Each local step
+is a min-max over a projection P of the features (``model.extras["projection"]``, a 3-layer MLP d → w → w → w):
+
+    ℓ_con(P) = ℓ_MOON( P(φ_l(x_p)); P(φ_g(x_p)), P(mean φ_l(x)) )      local pseudo-data features pulled to the
+                                                                      global model's, pushed from the local data's
+    max step:  P ← P + η ∇_P ℓ_con(P)          (features detached: P learns to separate local from global)
+    min step:  loss = CE(f(x), y) + λ_cls · CE(f(x_p), uniform) + λ_con · ℓ_con(P)     (P held fixed)
+
+CE to uniform balances the local classifier (component 1); ℓ_con reduces the feature extractor's bias
+(component 2). φ_g is the round's global model. As in the authors' code, the max step is one plain SGD step with
+the local learning rate, and P is aggregated with the model; their P is d → 2d → 2d → d, ours has width
+``projection_dim`` (docs/deviations.md).
 """
 
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
+from torch import nn
+from torch.func import functional_call
 
 from fed.algorithms.fedmix import MeanSharing
 from fed.losses import contrastive_loss, soft_cross_entropy
+from fed.models.base import feature_dim
 
 
-def fedbr_terms(model, global_model, x, x_p, tau: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """(classifier-balance term, feature contrastive term) for local batch x and pseudo-data x_p."""
-    h_p = model.features(x_p)
-    uniform = torch.full((len(x_p), model.head(h_p[:1]).shape[1]), 1.0)
-    balance = soft_cross_entropy(model.head(h_p), uniform.to(h_p.device) / uniform.shape[1])
+def projection_contrast(projection: nn.Module, params: dict, h_p, h_global, h_local, tau: float) -> torch.Tensor:
+    """ℓ_con of the three feature views, each mapped by ``projection`` evaluated with ``params``."""
+    z = [functional_call(projection, params, (h,)) for h in (h_p, h_global, h_local)]
+    return contrastive_loss(*z, tau)
+
+
+def adversarial_step(projection: nn.Module, h_p, h_global, h_local, tau: float, lr: float) -> None:
+    """The max step: one gradient-ascent step of ℓ_con on the projection's parameters (features held fixed)."""
+    params = dict(projection.named_parameters())
+    loss = projection_contrast(projection, params, h_p.detach(), h_global, h_local.detach(), tau)
+    grads = torch.autograd.grad(loss, list(params.values()))
     with torch.no_grad():
-        h_p_global = global_model.features(x_p).flatten(1)
-    h_local_mean = model.features(x).flatten(1).mean(0, keepdim=True).expand(len(x_p), -1)
-    return balance, contrastive_loss(h_p.flatten(1), h_p_global, h_local_mean, tau)
+        for p, g in zip(params.values(), grads):
+            p.add_(g, alpha=lr)
 
 
 class FedBR(MeanSharing):
     name = "fedbr"
 
     def __init__(
-        self, lam_cls: float = 1.0, lam_con: float = 1.0, tau: float = 0.5, mean_batch: int = 10, pseudo_batch: int = 32
+        self,
+        lam_cls: float = 1.0,
+        lam_con: float = 0.5,
+        tau: float = 0.5,
+        mean_batch: int = 10,
+        pseudo_batch: int = 32,
+        projection_dim: int = 256,
     ):
         super().__init__(lam=0.0, mean_batch=mean_batch)
         self.lam_cls, self.lam_con, self.tau, self.pseudo_batch = lam_cls, lam_con, tau, pseudo_batch
+        self.projection_dim = projection_dim
+
+    def extra_modules(self, model, input_shape):
+        d, w = feature_dim(model, input_shape), self.projection_dim
+        return {"projection": nn.Sequential(nn.Linear(d, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))}
 
     def local_loss(self, model, x, y, local, ctx):
         x_p, _ = self.draw(local, self.pseudo_batch)
-        balance, contrast = fedbr_terms(model, ctx.global_model(), x, x_p, self.tau)
-        return F.cross_entropy(model(x), y) + self.lam_cls * balance + self.lam_con * contrast
+        h, h_p = model.features(x), model.features(x_p)
+        with torch.no_grad():
+            h_global = ctx.global_model().features(x_p).flatten(1)
+        h_local = h.flatten(1).mean(0, keepdim=True).expand(len(x_p), -1)
+        projection = model.extras["projection"]
+        adversarial_step(projection, h_p.flatten(1), h_global, h_local, self.tau, ctx.cfg.lr)
+        # min step: P enters with detached parameters, so the optimiser leaves it where the max step put it
+        fixed = {k: p.detach() for k, p in projection.named_parameters()}
+        contrast = projection_contrast(projection, fixed, h_p.flatten(1), h_global, h_local, self.tau)
+        logits_p = model.head(h_p)
+        balance = soft_cross_entropy(logits_p, torch.full_like(logits_p, 1.0 / logits_p.shape[1]))
+        return F.cross_entropy(model.head(h), y) + self.lam_cls * balance + self.lam_con * contrast

@@ -15,6 +15,7 @@ from torch import nn
 
 from fed.algorithms.base import Algorithm
 from fed.losses import contrastive_loss
+from fed.models.base import feature_dim
 from fed.training import state_copy
 
 
@@ -26,12 +27,8 @@ class Moon(Algorithm):
         self._prev_model: nn.Module | None = None
 
     def extra_modules(self, model, input_shape):
-        was = model.training
-        with torch.no_grad():
-            dim = model.eval().features(torch.zeros(2, *input_shape)).flatten(1).shape[1]
-        model.train(was)
         d = self.projection_dim
-        return {"projection": nn.Sequential(nn.Linear(dim, d), nn.ReLU(), nn.Linear(d, d))}
+        return {"projection": nn.Sequential(nn.Linear(feature_dim(model, input_shape), d), nn.ReLU(), nn.Linear(d, d))}
 
     @staticmethod
     def project(model, x):

@@ -42,3 +42,12 @@ class SequentialSplit(SplitModel):
 
     def head_module(self):
         return self.classifier
+
+
+def feature_dim(model: SplitModel, input_shape: tuple[int, ...]) -> int:
+    """Size of the flattened ``features`` output for one input of ``input_shape`` (sizes projection heads)."""
+    was = model.training
+    with torch.no_grad():
+        d = model.eval().features(torch.zeros(2, *input_shape)).flatten(1).shape[1]
+    model.train(was)
+    return d
