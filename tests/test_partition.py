@@ -32,7 +32,7 @@ def test_disjoint_and_deterministic(scheme):
     assert sum(map(sum, part["counts"])) == len(allidx)
 
 
-@pytest.mark.parametrize("scheme", ["iid", "unimodal", "label_quantity", "dirichlet"])
+@pytest.mark.parametrize("scheme", ["iid", "unimodal", "multimodal", "label_quantity", "dirichlet"])
 def test_complete(scheme):
     part = make_partition(LABELS, scheme, 20, seed=0, **SCHEMES[scheme])
     assert sorted(np.concatenate(client_indices(part)).tolist()) == list(range(len(LABELS)))
@@ -44,21 +44,47 @@ def test_unimodal_two_classes_per_client_and_equal_sizes():
     assert {len(i) for i in client_indices(part)} == {300}
 
 
-def test_multimodal_modes_shares_and_sizes():
-    part = make_partition(LABELS, "multimodal", 20, seed=0, shares=[0.5, 0.2, 0.15, 0.1, 0.05])
-    classes = classes_of(part)
-    assert all(len(c) == 2 for c in classes)
+def mode_counts(classes):
     modes = {}
     for c in classes:
         modes[frozenset(c)] = modes.get(frozenset(c), 0) + 1
+    return modes
+
+
+def test_multimodal_uses_all_data_in_modes_of_unequal_prevalence():
+    part = make_partition(LABELS, "multimodal", 20, seed=0, shares=[0.5, 0.2, 0.15, 0.1, 0.05])
+    classes = classes_of(part)
+    assert all(len(c) == 2 for c in classes)
+    modes = mode_counts(classes)
     assert sorted(modes.values(), reverse=True) == [10, 4, 3, 2, 1]
     assert len(set().union(*modes)) == 10 and sum(len(m) for m in modes) == 10  # modes are disjoint pairs
-    sizes = {len(i) for i in client_indices(part)}
-    assert sizes == {2 * (600 // 10)}  # largest equal size without reuse: the 10-client mode uses 60/class
+    for mode, k in modes.items():  # a mode's 1,200 samples split equally among its k clients
+        sizes = {len(idx) for idx, c in zip(client_indices(part), classes) if c == mode}
+        assert sizes <= {2 * (600 // k), 2 * (600 // k + 1), 2 * (600 // k) + 1}, (k, sizes)
+    assert np.asarray(part["counts"]).sum(0).tolist() == [600] * 10
+
+
+def test_multimodal_equal_client_size_leaves_classes_imbalanced():
+    part = make_partition(LABELS, "multimodal", 20, seed=0, shares=[0.5, 0.2, 0.15, 0.1, 0.05], client_size=120)
+    assert {len(i) for i in client_indices(part)} == {120}
     for idx in client_indices(part):  # both classes of the mode in equal parts
         assert len(set(np.bincount(LABELS[idx])[np.bincount(LABELS[idx]) > 0].tolist())) == 1
     totals = np.asarray(part["counts"]).sum(0)
-    assert totals.max() == 10 * 60 and totals.min() == 60  # classes imbalanced in aggregate
+    assert totals.max() == 10 * 60 and totals.min() == 60
+
+
+# MNIST's training-set class sizes (torchvision): unequal, so McMahan's plain sort-and-cut would cross classes
+MNIST_CLASS_SIZES = [5923, 6742, 5958, 6131, 5842, 5421, 5918, 6265, 5851, 5949]
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_unimodal_shards_stay_within_classes_on_mnist_class_sizes(seed):
+    labels = np.random.default_rng(seed).permutation(np.repeat(np.arange(10), MNIST_CLASS_SIZES))
+    part = make_partition(labels, "unimodal", 100, seed=seed, shards_per_client=2)
+    idx = [np.asarray(c["train"] + c["test"], dtype=int) for c in part["clients"]]
+    assert max(len(set(labels[i].tolist())) for i in idx) <= 2
+    assert sorted(np.concatenate(idx).tolist()) == list(range(60_000))  # every sample used
+    assert all(570 <= len(i) <= 630 for i in idx)  # shards within 5 % of McMahan's 300
 
 
 def test_multimodal_client_size_too_large_is_rejected():

@@ -33,19 +33,22 @@ def iid(labels: np.ndarray, num_clients: int, rng: np.random.Generator) -> list[
 def unimodal(
     labels: np.ndarray, num_clients: int, rng: np.random.Generator, shards_per_client: int = 2
 ) -> list[np.ndarray]:
-    """McMahan et al. (2017) shards: sort by label, cut into equal shards, give each client ``shards_per_client``.
+    """McMahan et al. (2017) shards, each within one class: client k gets ``shards_per_client`` shards.
 
-    The sort is stable (ties keep index order), so the shard contents depend only on the labels; the seed
-    chooses which shards go to which client. Samples beyond ``num_shards * shard_size`` are left out.
+    Every class is cut into a number of shards proportional to its size (largest remainder), so a shard never
+    crosses a class boundary and a client holds at most ``shards_per_client`` classes even when class sizes
+    differ (MNIST: 5,421–6,742); shard sizes then differ by a few samples. With equal classes this is exactly
+    McMahan's sort-and-cut. Shard contents depend only on the labels (stable order); the seed chooses which shards
+    go to which client. Every sample is used.
     """
     num_shards = num_clients * shards_per_client
-    shard_size = len(labels) // num_shards
-    if shard_size == 0:
-        raise ValueError(f"unimodal: {len(labels)} samples cannot fill {num_shards} shards")
-    order = np.argsort(labels, kind="stable")
-    shards = order[: num_shards * shard_size].reshape(num_shards, shard_size)
+    classes, sizes = np.unique(labels, return_counts=True)
+    per_class = _largest_remainder(sizes.astype(float), num_shards)
+    if any(n > size for n, size in zip(per_class, sizes)):
+        raise ValueError(f"unimodal: {len(labels)} samples cannot fill {num_shards} single-class shards")
+    shards = [shard for c, n in zip(classes, per_class) for shard in np.array_split(np.flatnonzero(labels == c), n)]
     assignment = rng.permutation(num_shards).reshape(num_clients, shards_per_client)
-    return [np.sort(shards[row].ravel()) for row in assignment]
+    return [np.sort(np.concatenate([shards[i] for i in row])) for row in assignment]
 
 
 @register("multimodal")
@@ -60,10 +63,11 @@ def multimodal(
     """Subpopulations of unequal prevalence (our reading of WAFFLe's multimodal non-IID, see docs/deviations.md).
 
     After a seeded permutation the classes are grouped into modes of ``classes_per_mode``; mode m is the data
-    source of ``shares[m]`` of the clients. Each client holds every class of its mode in equal parts, so it owns
-    at most ``classes_per_mode`` classes, and the popular modes' classes dominate the union (aggregate class
-    imbalance). All clients have the same size: the largest the data allow without reusing a sample, unless
-    ``client_size`` asks for less.
+    source of ``shares[m]`` of the clients, so each client owns at most ``classes_per_mode`` classes and the
+    popular modes' classes dominate the client population. By default a mode's data are split equally among its
+    clients, class by class, so the whole training set is used (clients of a rare mode hold more samples).
+    ``client_size`` instead gives every client the same number of samples (both classes in equal parts), which
+    leaves data unused and makes the classes imbalanced in aggregate as well.
     """
     classes = np.unique(labels)
     num_modes = len(classes) // classes_per_mode
@@ -71,20 +75,23 @@ def multimodal(
         raise ValueError(f"multimodal: {len(shares)} shares given for {num_modes} modes of {classes_per_mode} classes")
     modes = rng.permutation(classes)[: num_modes * classes_per_mode].reshape(num_modes, classes_per_mode)
     clients_per_mode = _largest_remainder(np.asarray(shares, dtype=float), num_clients)
-    per_class_cap = min(
-        int((labels == c).sum()) // k for mode, k in zip(modes, clients_per_mode) if k > 0 for c in mode
-    )
-    per_class = per_class_cap if client_size is None else client_size // classes_per_mode
-    if per_class > per_class_cap or per_class == 0:
-        raise ValueError(
-            f"multimodal: client_size {client_size} needs {per_class} samples per class but the data allow "
-            f"{per_class_cap} without reuse"
-        )
+    if client_size is not None:
+        per_class = client_size // classes_per_mode
+        cap = min(int((labels == c).sum()) // k for mode, k in zip(modes, clients_per_mode) if k > 0 for c in mode)
+        if per_class > cap or per_class == 0:
+            raise ValueError(
+                f"multimodal: client_size {client_size} needs {per_class} samples per class but the data allow "
+                f"{cap} without reuse"
+            )
     parts: list[np.ndarray] = []
     for mode, k in zip(modes, clients_per_mode):
+        if k == 0:
+            continue
         pools = [rng.permutation(np.flatnonzero(labels == c)) for c in mode]
-        for j in range(k):
-            parts.append(np.sort(np.concatenate([p[j * per_class : (j + 1) * per_class] for p in pools])))
+        if client_size is not None:
+            pools = [p[: k * per_class] for p in pools]
+        splits = [np.array_split(p, k) for p in pools]
+        parts.extend(np.sort(np.concatenate([s[j] for s in splits])) for j in range(k))
     order = rng.permutation(num_clients)  # clients of one mode are not neighbours in id order
     return [parts[i] for i in order]
 
