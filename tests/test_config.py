@@ -179,7 +179,7 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
             lambda f: f["fedzda_fig5"].update(strat_rounds=[80]),
             "unknown key 'strat_rounds' for kind start_round_variance",
         ),
-        (lambda f: f["fedzda_fig5"].update(start_rounds=[80, 101]), "start round 101 is past the last round (100)"),
+        (lambda f: f["fedzda_fig5"].update(start_rounds=[80, 101]), "starts at round 101, past the last round (100)"),
         (lambda f: f["fedzda_fig5"].update(method="fedzdx"), "unknown method 'fedzdx'"),
         (lambda f: f["fedzda_fig3"]["source"].update(partition="shards"), "unknown partition 'shards'"),
         (lambda f: f["fedzda_fig4"].update(kind="zsdg_grid"), "unknown kind 'zsdg_grid'; valid choices"),
@@ -189,6 +189,17 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
 def test_figure_keys_and_cells_are_checked_before_any_job(mutate, message):
     with pytest.raises(ValueError, match=message.replace("(", "\\(").replace(")", "\\)")):
         checked(lambda c: mutate(c["figures"]))
+
+
+def test_a_table_cell_that_would_start_after_its_last_round_is_rejected():
+    msg = "table 'fedzda_table1': method 'fedzdac' starts at round 80, past the last round \\(12\\) of preset 'q'"
+    with pytest.raises(ValueError, match=msg):
+        checked(
+            lambda c: (
+                c["presets"].update(q={"base": "fedzda", "rounds": 12}),
+                c["tables"]["fedzda_table1"].update(preset="q"),
+            )
+        )
 
 
 def test_a_table_of_an_unknown_paper_is_rejected_unless_it_says_it_has_no_published_numbers():
@@ -219,7 +230,7 @@ def test_fed_check_names_the_file_and_line_snakemake_does_not(tmp_path):
     [
         (lambda c: c["partitions"]["unimodal"].update(shard_per_client=2), "unexpected keyword argument 'shard_per"),
         (lambda c: c["partitions"]["multimodal"].update(classes_per_mode=50), "5 shares given for 0 modes"),
-        (lambda c: c["presets"]["fedzda"].update(num_clients=70000), "50000 samples cannot fill 140000 shards"),
+        (lambda c: c["presets"]["fedzda"].update(num_clients=70000), "cannot fill 140000 single-class shards"),
     ],
 )
 def test_partition_typos_and_impossible_values_fail_before_any_job(mutate, message):

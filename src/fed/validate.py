@@ -74,6 +74,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 errors.append(f"{where}: unknown method {m!r}; defined methods: {sorted(methods)}")
             elif methods[m].get("algorithm", m) in PLANNED:
                 warnings.append(f"{where}: method {m!r} is not yet implemented; its rows say so")
+            elif exp["preset"] in presets:
+                errors += [f"{where}: {e}" for e in start_errors(m, methods[m], presets, exp["preset"])]
     for fname, fig in config.get("figures", {}).items():
         errors += figure_errors(fname, fig, config)
     for cname, claim in config.get("claims", {}).items():
@@ -119,13 +121,18 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
         if c["method"] not in methods:
             errors.append(f"figure {name!r}: unknown method {c['method']!r}; defined methods: {sorted(methods)}")
             continue
-        start = methods[c["method"]].get("start_round", 1)
-        rounds = resolve_preset(presets, c["preset"])["rounds"]
-        if start > rounds:
-            errors.append(
-                f"figure {name!r}: start round {start} is past the last round ({rounds}) of preset {c['preset']!r}"
-            )
+        errors += [
+            f"figure {name!r}: {e}" for e in start_errors(c["method"], methods[c["method"]], presets, c["preset"])
+        ]
     return errors
+
+
+def start_errors(method: str, spec: dict[str, Any], presets: dict[str, Any], preset: str) -> list[str]:
+    """A method that starts at round s (Fed-ZDA's augmentation) needs a preset of at least s rounds."""
+    start, rounds = spec.get("start_round", 1), resolve_preset(presets, preset)["rounds"]
+    if start > rounds:
+        return [f"method {method!r} starts at round {start}, past the last round ({rounds}) of preset {preset!r}"]
+    return []
 
 
 def partition_errors(config: dict[str, Any]) -> list[str]:

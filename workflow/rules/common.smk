@@ -163,11 +163,28 @@ def train_inputs(w):
             paper=CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))]
         ),
     }
-    for name, stage in method_stages(w.method).items():
-        inputs[f"stage_{name}"] = stage_path(
-            w.preset, w.dataset, w.partition, w.seed, stage
-        )
+    key = (w.preset, w.dataset, w.partition, int(w.seed))
+    stages = method_stages(w.method) or fedavg_prefix_of(key, w.method)
+    for name, stage in stages.items():
+        inputs[f"stage_{name}"] = stage_path(*key, stage)
     return inputs
+
+
+def fedavg_prefix_of(key, method):
+    """A method that is FedAvg for longer than a prefix the DAG computes anyway (FedAvg itself, whose cell shares
+    its trajectory with Fed-ZDA's) continues from the longest such prefix: {"warm": Stage} or {}.
+    """
+    if not config["warm_start"]:
+        return {}
+    spec = {k: v for k, v in config["methods"][method].items() if k != "algorithm"}
+    until = build_algorithm(algorithm(method), **spec).fedavg_until
+    rounds = preset(key[0])["rounds"]
+    prefixes = [
+        s
+        for s in STAGES[key].values()
+        if s.kind == "fedavg_prefix" and s.param("rounds") < min(until, rounds)
+    ]
+    return {"warm": max(prefixes, key=lambda s: s.param("rounds"))} if prefixes else {}
 
 
 def figure_inputs(w):
