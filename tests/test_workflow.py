@@ -21,17 +21,27 @@ def job_counts(stdout: str) -> dict[str, int]:
 def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n").stdout)
     # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 4 three
-    # ResNet34 models, Fig. 5 3 start rounds x 3 seeds (Fig. 3's FL models are table cells, its oracles stages)
-    assert counts["train"] == 90 + 3 + 9 and counts["table"] == 2 and counts["figure"] == 3
-    # Fig. 5's FedAvg prefixes (rounds 79, 89, 94) are stages computed once per seed and chained; Fig. 3's three
-    # oracles (one per dataset) are centralized_model stages
-    assert counts["stage"] == 3 * 3 + 3
+    # ResNet34 models; Fig. 5 starts at 90 and 95 x 3 seeds (its start at 80 is the tables' Fed-ZDAC cell, Fig. 3's
+    # FL models are table cells, its oracles stages)
+    assert counts["train"] == 90 + 3 + 6 and counts["table"] == 2 and counts["figure"] == 3
+    # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
+    # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles
+    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3
     assert counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
 
 
 def test_quick_config_dry_run(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/quick.yaml")).stdout)
-    assert counts["train"] == 30 + 1 + 2 + 9 and counts["prepare_data"] == 1 and counts["figure"] == 3
+    assert counts["train"] == 30 + 1 + 2 + 6 and counts["prepare_data"] == 1 and counts["figure"] == 3
+
+
+def test_fmnist_config_dry_run_lists_the_paper_scale_grid(tmp_path):
+    out = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/fmnist.yaml")).stdout
+    counts = job_counts(out)
+    # FMNIST x 2 partitions x 5 methods x 3 seeds, and Fig. 5's starts at 90 and 95 x 3 seeds; no Fig. 4 (CIFAR-10)
+    assert counts["train"] == 30 + 6 and counts["figure"] == 2 and counts["prepare_data"] == 1
+    assert "results/runs/fedzda/fmnist/multimodal/fedzdac-start95/seed2/metrics.json" in out
+    assert "cifar10" not in out
 
 
 @pytest.mark.slow
@@ -69,15 +79,16 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     exp = client.get_experiment_by_name("fedzda")
     runs = client.search_runs([exp.experiment_id])
     # tables: 2 partitions x 5 methods x 2 seeds, once each although two tables use them; figures: Fig. 3 oracle,
-    # Fig. 4 IID and label-3 FL models, Fig. 5 two start rounds x 2 seeds
-    assert len(runs) == 20 + 1 + 2 + 4
+    # Fig. 4 IID and label-3 FL models, Fig. 5's start at round 3 x 2 seeds (its start at 2 is the tables' Fed-ZDAC)
+    assert len(runs) == 20 + 1 + 2 + 2
     run = next(r for r in runs if r.data.tags["method"] == "qffl" and r.data.tags["seed"] == "1")
     assert run.data.tags["paper"] == "fedzda" and run.data.tags["git_commit"] and run.data.tags["threads"] == "1"
     assert run.data.params["method.params.q"] == "1.0" and run.data.params["preset.rounds"] == "3"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == [1, 2, 3]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"metrics.json", "history.csv"}
     zdac = next(r for r in runs if r.data.tags["method"] == "fedzdac")
-    assert len(client.get_metric_history(zdac.info.run_id, "zsdg_seconds")) == 3  # generation cost, every round
+    # generation cost, every augmenting round (the smoke Fed-ZDAC starts at round 2 of 3)
+    assert [m.step for m in client.get_metric_history(zdac.info.run_id, "zsdg_seconds")] == [2, 3]
 
     # every baseline ran through Snakemake and MLflow, under its own experiment
     base = client.search_runs([client.get_experiment_by_name("baselines").experiment_id])

@@ -31,7 +31,8 @@ class FLConfig:
     report: str = "last"  # protocol the tables apply: "last" round or "best" round
     device: str = "auto"
     channels_last: bool = True
-    reduction: str = ""  # how this preset departs from the paper (quick configs); shown in captions
+    reduction: str = ""  # how this preset departs from the paper's stated protocol; its cells are "not comparable"
+    note: str = ""  # settings the paper leaves open that this preset fixes (e.g. a ZSDG budget); shown in captions
 
     # What a preset must state: a paper's protocol never comes silently from another paper's defaults.
     PROTOCOL = (
@@ -146,7 +147,8 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
 
 def with_papers(config: dict[str, Any], papers_dir: str | Path) -> dict[str, Any]:
     """The workflow config with every paper of ``config['papers']`` merged under it: a paper's file gives its
-    presets, partitions, methods, tables and figures; config.yaml and overlays override them."""
+    presets, partitions, methods, tables and figures; config.yaml and overlays override them, and a table, figure
+    or claim an overlay sets to null is left out."""
     papers_dir = Path(papers_dir)
     available = sorted(p.stem for p in papers_dir.glob("*.yaml"))
     merged: dict[str, Any] = {}
@@ -154,4 +156,7 @@ def with_papers(config: dict[str, Any], papers_dir: str | Path) -> dict[str, Any
         if paper not in available:
             raise ValueError(f"papers: unknown paper {paper!r}; valid choices: {available} ({papers_dir}/)")
         merged = merge_under(merged, load_yaml(papers_dir / f"{paper}.yaml"))
-    return merge_under(merged, config)
+    merged = merge_under(merged, config)
+    for section in ("tables", "figures", "claims"):  # an overlay drops one by setting it to null
+        merged[section] = {k: v for k, v in (merged.get(section) or {}).items() if v is not None}
+    return merged

@@ -28,7 +28,7 @@ from fed.evaluation import evaluate
 from fed.rounds import run_round
 
 # Settings that do not change the training trajectory (what is evaluated or saved, and for how long).
-TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "device")
+TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "note", "device")
 EVALUATED = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance")
 
 

@@ -70,8 +70,12 @@ def table_cells(exp):
 
 
 def figure_cells(fig):
-    """Cells a figure reads, in the order its kind draws them (fed.reporting.figure_kinds)."""
-    return FIGURE_KINDS[fig["kind"]].cells(fig)
+    """Cells a figure reads, in the order its kind draws them (fed.reporting.figure_kinds); a variant equal to a
+    defined method reads that method's cell."""
+    return [
+        {**c, "method": METHOD_ALIAS.get(c["method"], c["method"])}
+        for c in FIGURE_KINDS[fig["kind"]].cells(fig)
+    ]
 
 
 # Swept methods (a paper's "best of" a grid) expand to one variant per grid point; tables pick among them.
@@ -83,12 +87,18 @@ for _name, _spec in list(config["methods"].items()):
         SWEEPS[_name] = list(_variants)
 
 
-# Method variants that figures need and the config does not name (e.g. Fig. 5's fedzdac-start90).
+# Method variants that figures need and the config does not name (e.g. Fig. 5's fedzdac-start90). A variant
+# equal to a defined method (Fig. 5's start at 80 = the tables' Fed-ZDAC) is that method: one run, not two.
+METHOD_ALIAS = {}
 for _fig in config["figures"].values():
     for _name, _spec in (
         FIGURE_KINDS[_fig["kind"]].variants(_fig, config["methods"]).items()
     ):
-        config["methods"].setdefault(_name, _spec)
+        _same = [m for m, s in config["methods"].items() if s == _spec and m != _name]
+        if _same:
+            METHOD_ALIAS[_name] = _same[0]
+        else:
+            config["methods"].setdefault(_name, _spec)
 
 
 # cell -> the paper whose MLflow experiment records it (the first experiment or figure that asks for it)

@@ -10,7 +10,10 @@ fig = snakemake.params.figure
 caption = (
     fig.get("title", fig["output"])
     + " — "
-    + "; ".join(f"{name}: {p.get('reduction') or 'paper setting'}" for name, p in snakemake.params.presets.items())
+    + "; ".join(
+        f"{name}: {p.get('reduction') or 'paper setting'}" + (f" ({p['note']})" if p.get("note") else "")
+        for name, p in snakemake.params.presets.items()
+    )
 )
 FIGURE_KINDS[fig["kind"]].draw(
     fig,

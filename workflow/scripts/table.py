@@ -31,6 +31,7 @@ caption = (
     f"({preset['num_clients']} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
     f"B={preset['batch_size']}, lr={preset['lr']}). Paper: {exp['paper']} {exp['table']}. "
     f"{preset.get('reduction') or 'Full paper setting.'}"
+    + (f" {preset['note']}" if preset.get("note") else "")
     + (
         f" Swept methods ({', '.join(snakemake.params.sweeps)}) show the variant with the best mean {exp['select_by']}"
         " at the last round, chosen per dataset and partition (column 'variant')."
