@@ -22,14 +22,14 @@ def test_qffl_update_by_hand():
     # Delta1 = 2*([1,1]-[0,1]) = [2,0]; Delta2 = 2*([1,1]-[1,3]) = [0,-4]
     # h1 = 1*1^0*4 + 2*1 = 6;  h2 = 1*4^0*16 + 2*4 = 24;  sum h = 30
     # w = [1,1] - (1*[2,0] + 4*[0,-4]) / 30 = [1 - 2/30, 1 + 16/30]
-    out = qffl_update(g, [s1, s2], [1.0, 4.0], q=1.0, lr=0.5, keys={"w"})
+    out = qffl_update(g, [s1, s2], [1.0, 4.0], q=1.0, L=2.0, keys={"w"})
     assert torch.allclose(out["w"], torch.tensor([1 - 2 / 30, 1 + 16 / 30]), atol=1e-6)
 
 
 def test_qffl_q0_is_simple_mean():
     g = {"w": torch.tensor([1.0, -1.0])}
     states = [{"w": torch.tensor([0.0, 2.0])}, {"w": torch.tensor([4.0, 0.0])}, {"w": torch.tensor([2.0, 1.0])}]
-    out = qffl_update(g, states, [0.3, 2.0, 7.0], q=0.0, lr=0.02, keys={"w"})
+    out = qffl_update(g, states, [0.3, 2.0, 7.0], q=0.0, L=50.0, keys={"w"})
     assert torch.allclose(out["w"], torch.tensor([2.0, 1.0]), atol=1e-6)
 
 

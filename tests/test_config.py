@@ -202,6 +202,19 @@ def test_a_table_cell_that_would_start_after_its_last_round_is_rejected():
         )
 
 
+@pytest.mark.parametrize(
+    "tune,message",
+    [
+        ({"grid": {"q": [0.1]}, "select_by": "val_acc"}, "tune: unknown select_by 'val_acc'"),
+        ({"grid": {"qq": [0.1]}}, "unknown parameter 'qq' of qffl"),
+        ({"grid": {"q": [0.1]}, "rounds": 101}, "method 'qffl' tunes for 101 rounds, more than preset 'fedzda' runs"),
+    ],
+)
+def test_tuning_grid_and_metric_are_checked(tune, message):
+    with pytest.raises(ValueError, match=message):
+        checked(lambda c: c["methods"]["qffl"].update(tune=tune))
+
+
 def test_a_table_of_an_unknown_paper_is_rejected_unless_it_says_it_has_no_published_numbers():
     with pytest.raises(ValueError, match="no published numbers for paper 'fedzdaa'"):
         checked(lambda c: c["tables"]["fedzda_table1"].update(paper="fedzdaa"))

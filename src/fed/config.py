@@ -87,11 +87,23 @@ class MethodSpec:
     name: str
     algorithm: str
     params: dict[str, Any] = field(default_factory=dict)
+    tune: dict[str, Any] | None = None  # hyper-parameters chosen on held-out client data (TUNE_DEFAULTS)
 
     @classmethod
     def from_config(cls, name: str, spec: dict[str, Any]) -> MethodSpec:
         spec = dict(spec)
-        return cls(name=name, algorithm=spec.pop("algorithm", name), params=spec)
+        tune = spec.pop("tune", None)
+        return cls(name=name, algorithm=spec.pop("algorithm", name), params=spec, tune=tune and TUNE_DEFAULTS | tune)
+
+    def grid(self) -> list[dict[str, Any]]:
+        """The grid points of ``tune.grid``, each a {parameter: value} mapping."""
+        grid = self.tune["grid"]
+        return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
+
+
+# ``tune:`` of a method: grid (param -> values, required), rounds (null: the preset's), the fraction of each
+# client's training split held out for validation, and the validation metric that picks the point.
+TUNE_DEFAULTS = {"rounds": None, "validation_fraction": 0.1, "select_by": "local_acc_mean"}
 
 
 def resolve_preset(presets: dict[str, dict[str, Any]], name: str) -> dict[str, Any]:

@@ -8,6 +8,7 @@ import numpy as np
 
 # The per-round metrics a table may show (fed.evaluation computes them).
 METRICS = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance")
+LOWER_IS_BETTER = frozenset({"class_acc_variance", "client_acc_variance"})  # fairness: variances
 
 
 def per_class_accuracy(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:

@@ -21,7 +21,9 @@ import torch
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_dataset
+from fed.data.partition import validation_split
 from fed.engine import Engine, resolve_device
+from fed.metrics import LOWER_IS_BETTER
 from fed.stages import Stage
 
 
@@ -33,8 +35,11 @@ def make_engine(
     partition_file: str | Path,
     seed: int,
     threads: int = 1,
+    validation_fraction: float = 0.0,
     **engine_kwargs,
 ) -> Engine:
+    """An engine for one cell; with ``validation_fraction`` its local test splits are validation splits carved
+    from the clients' training data (``fed.data.partition.validation_split``)."""
     torch.set_num_threads(threads)
     if resolve_device(cfg.device).type == "cuda":
         torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
@@ -46,6 +51,8 @@ def make_engine(
         raise ValueError(
             f"partition file {partition_file} is not valid JSON ({err}); delete it and rerun, Snakemake recomputes it"
         ) from None
+    if validation_fraction:
+        partition = validation_split(partition, train.y.cpu().numpy(), validation_fraction, seed)
     return Engine(
         cfg,
         build_algorithm(method.algorithm, **method.params),
@@ -65,14 +72,16 @@ def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, see
 @dataclass
 class StageJob:
     """One stage to run: what it is, on which dataset, where its file goes, the lower stage it continues from,
-    and ``engine(method, rounds=None, **engine_kwargs)`` — an engine on the stage's data, partition, seed and work
-    directory."""
+    ``engine(method, rounds=None, **engine_kwargs)`` — an engine on the stage's data, partition, seed and work
+    directory (``method``: an algorithm name or a MethodSpec) — and the method a ``tuning`` stage tunes."""
 
     stage: Stage
     dataset: str
     out: Path
     lower: str | None
     engine: Callable[..., Engine]
+    method: MethodSpec | None = None
+    work_dir: Path | None = None
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -97,9 +106,44 @@ def run_centralized_model(job: StageJob) -> None:
     torch.save(record, job.out)
 
 
+def run_tuning(job: StageJob) -> None:
+    """One run per point of the method's ``tune.grid`` on held-out client data; writes every point's validation
+    score and the chosen point (best ``select_by``; a diverged point is never chosen)."""
+    spec, tune = job.method, job.method.tune
+    metric, sign = tune["select_by"], (-1 if tune["select_by"] in LOWER_IS_BETTER else 1)
+    scores = []
+    for point in spec.grid():
+        variant = "-".join(f"{k}{v}" for k, v in point.items())
+        run = job.engine(
+            MethodSpec(f"{spec.name}-{variant}", spec.algorithm, spec.params | point),
+            rounds=tune["rounds"],
+            validation_fraction=tune["validation_fraction"],
+            work_dir=job.work_dir / variant,
+        )
+        summary = run.run()
+        value = summary["last"].get(metric)
+        ok = not summary["diverged"] and value is not None and math.isfinite(value)
+        scores.append({**point, f"validation_{metric}": value if ok else None, "diverged": summary["diverged"]})
+    usable = [s for s in scores if s[f"validation_{metric}"] is not None]
+    if not usable:
+        raise RuntimeError(f"tuning {spec.name}: every grid point diverged ({scores})")
+    best = max(usable, key=lambda s: sign * s[f"validation_{metric}"])
+    chosen = {k: best[k] for k in spec.tune["grid"]}
+    torch.save({"chosen": chosen, "scores": scores, "tune": tune}, job.out)
+
+
+def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpec, dict[str, Any] | None]:
+    """The method with the values its ``tuning`` stage chose, and that stage's record (None without one)."""
+    if not stages or "tuning" not in stages:
+        return method, None
+    record = torch.load(stages["tuning"], weights_only=False)
+    return dataclasses.replace(method, params=method.params | record["chosen"]), record
+
+
 STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "fedavg_prefix": run_fedavg_prefix,
     "centralized_model": run_centralized_model,
+    "tuning": run_tuning,
 }
 
 
@@ -115,26 +159,18 @@ def run_stage(
     lower: str | None = None,
     threads: int = 1,
     progress: TextIO | None = sys.stderr,
+    method: MethodSpec | None = None,
 ) -> None:
     """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``."""
 
-    def engine(method: str, rounds: int | None = None, **kwargs) -> Engine:
+    def engine(method: str | MethodSpec, rounds: int | None = None, **kwargs) -> Engine:
         run_cfg = cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)
-        return make_engine(
-            run_cfg,
-            MethodSpec(method, method),
-            dataset,
-            data_root,
-            partition_file,
-            seed,
-            threads,
-            work_dir=work_dir,
-            progress=progress,
-            **kwargs,
-        )
+        spec = method if isinstance(method, MethodSpec) else MethodSpec(method, method)
+        kwargs = {"work_dir": work_dir, "progress": progress} | kwargs
+        return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine))
+    STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir)))
 
 
 def _json_safe(obj):
@@ -162,6 +198,7 @@ def run_cell(
     progress: TextIO | None = sys.stderr,
     stages: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
+    method, tuning = tuned(method, stages)
     live = None
     callbacks = {}
     if tracking:
@@ -209,6 +246,7 @@ def run_cell(
             "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
             "config": cfg.to_dict(),
             "identity": engine.fingerprint(),
+            **({"tuning": {"scores": tuning["scores"], "tune": tuning["tune"]}} if tuning else {}),
             **summary,
         }
         tmp = out / "metrics.json.tmp"

@@ -12,6 +12,10 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
 - ``centralized_model``: a model trained centrally on every client's training data for the preset's rounds —
   Fed-ZDA's oracle classifier (Sec. 4.4), which labels the ZSDG images of Fig. 3.
 
+- ``tuning`` (method=name): hyper-parameter selection for a method with ``tune:`` — one run per grid point on
+  held-out client data (``fed.data.partition.validation_split``), the best point by ``select_by``. The cell then
+  runs with the chosen values (q-FFL's q, as its authors select it: on validation data, never on a test set).
+
 DA-FL's per-client DP-CGANs and FedDPMS' stage I register here as kinds of their own.
 """
 
@@ -54,4 +58,5 @@ class StageKind:
 STAGE_KINDS: dict[str, StageKind] = {
     "fedavg_prefix": StageKind(optional=True, continues_from="rounds"),
     "centralized_model": StageKind(),
+    "tuning": StageKind(),
 }

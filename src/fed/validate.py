@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from fed.algorithms import ALGORITHMS, PLANNED
-from fed.config import FLConfig, resolve_preset, sweep_variants
+from fed.config import FLConfig, MethodSpec, resolve_preset, sweep_variants
 from fed.data import DATASETS, PARTITIONS
 from fed.data.partition import make_partition
 from fed.metrics import METRICS
@@ -36,8 +36,11 @@ def check_config(config: dict[str, Any]) -> list[str]:
             )
         elif algo in ALGORITHMS:
             points = sweep_variants(name, spec).values() if "sweep" in spec else [spec]
+            if "tune" in spec:
+                errors += [f"method {name!r}: {e}" for e in tune_errors(spec)]
+                points = [spec | point for point in MethodSpec.from_config(name, spec).grid()]
             for point in points:
-                params = {k: v for k, v in point.items() if k != "algorithm"}
+                params = {k: v for k, v in point.items() if k not in ("algorithm", "tune")}
                 errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], params)]
     for name, spec in partitions.items():
         if spec["scheme"] not in PARTITIONS:
@@ -75,7 +78,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
             elif methods[m].get("algorithm", m) in PLANNED:
                 warnings.append(f"{where}: method {m!r} is not yet implemented; its rows say so")
             elif exp["preset"] in presets:
-                errors += [f"{where}: {e}" for e in start_errors(m, methods[m], presets, exp["preset"])]
+                errors += [f"{where}: {e}" for e in cell_errors(m, methods[m], presets, exp["preset"])]
     for fname, fig in config.get("figures", {}).items():
         errors += figure_errors(fname, fig, config)
     for cname, claim in config.get("claims", {}).items():
@@ -122,17 +125,33 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
             errors.append(f"figure {name!r}: unknown method {c['method']!r}; defined methods: {sorted(methods)}")
             continue
         errors += [
-            f"figure {name!r}: {e}" for e in start_errors(c["method"], methods[c["method"]], presets, c["preset"])
+            f"figure {name!r}: {e}" for e in cell_errors(c["method"], methods[c["method"]], presets, c["preset"])
         ]
     return errors
 
 
-def start_errors(method: str, spec: dict[str, Any], presets: dict[str, Any], preset: str) -> list[str]:
-    """A method that starts at round s (Fed-ZDA's augmentation) needs a preset of at least s rounds."""
+def tune_errors(spec: dict[str, Any]) -> list[str]:
+    """``tune:`` is a grid of the method's own parameters, chosen by a known metric; not combined with a sweep."""
+    errors = []
+    if "sweep" in spec:
+        errors.append("`tune` and `sweep` exclude each other (tune selects on validation data, a sweep on the table's)")
+    tune = spec["tune"]
+    if tune.get("select_by", "local_acc_mean") not in METRICS:
+        errors.append(f"tune: unknown select_by {tune['select_by']!r}; valid choices: {list(METRICS)}")
+    return errors
+
+
+def cell_errors(method: str, spec: dict[str, Any], presets: dict[str, Any], preset: str) -> list[str]:
+    """A method that starts at round s (Fed-ZDA's augmentation) needs a preset of at least s rounds; its tuning
+    runs may not be longer than the run they tune."""
     start, rounds = spec.get("start_round", 1), resolve_preset(presets, preset)["rounds"]
+    errors = []
     if start > rounds:
-        return [f"method {method!r} starts at round {start}, past the last round ({rounds}) of preset {preset!r}"]
-    return []
+        errors.append(f"method {method!r} starts at round {start}, past the last round ({rounds}) of preset {preset!r}")
+    tune_rounds = (spec.get("tune") or {}).get("rounds") or rounds
+    if tune_rounds > rounds:
+        errors.append(f"method {method!r} tunes for {tune_rounds} rounds, more than preset {preset!r} runs ({rounds})")
+    return errors
 
 
 def partition_errors(config: dict[str, Any]) -> list[str]:

@@ -14,6 +14,7 @@ sys.path.insert(
 from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
 from fed.config import resolve_preset, sweep_variants, with_papers
+from fed.stages import Stage
 from fed.validate import check_config
 from fed.tracking import default_uri
 
@@ -113,12 +114,25 @@ FIGURES = {fig["output"]: name for name, fig in config["figures"].items()}
 
 
 def method_stages(method):
-    """{name: fed.stages.Stage} the method declares (optional shortcuts only with warm_start: true)."""
-    spec = {k: v for k, v in config["methods"][method].items() if k != "algorithm"}
+    """{name: fed.stages.Stage} the method declares (optional shortcuts only with warm_start: true), and its
+    hyper-parameter selection if it has `tune:`."""
+    spec = {
+        k: v
+        for k, v in config["methods"][method].items()
+        if k not in ("algorithm", "tune")
+    }
     stages = build_algorithm(algorithm(method), **spec).stages()
+    if "tune" in config["methods"][method]:
+        stages["tuning"] = Stage.of("tuning", method=method)
     return {
         n: s for n, s in stages.items() if config["warm_start"] or not s.spec.optional
     }
+
+
+def stage_method(w):
+    """The method a stage belongs to (a tuning stage's `method` parameter), or None."""
+    stage = STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage]
+    return dict(stage.params).get("method")
 
 
 def stage_path(preset, dataset, partition, seed, stage):
@@ -186,7 +200,11 @@ def fedavg_prefix_of(key, method):
     """
     if not config["warm_start"]:
         return {}
-    spec = {k: v for k, v in config["methods"][method].items() if k != "algorithm"}
+    spec = {
+        k: v
+        for k, v in config["methods"][method].items()
+        if k not in ("algorithm", "tune")
+    }
     until = build_algorithm(algorithm(method), **spec).fedavg_until
     rounds = preset(key[0])["rounds"]
     prefixes = [

@@ -31,6 +31,9 @@ rule stage:
         gpu=config["gpu_per_job"],
     params:
         stage=lambda w: STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage],
+        # the method a tuning stage tunes (its spec with `tune:`), else None
+        method_name=lambda w: stage_method(w),
+        method=lambda w: config["methods"].get(stage_method(w)),
         preset=lambda w: preset(w.preset),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
         work_dir=f"{RESULTS}/work/stages/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/{{stage}}",

@@ -4,7 +4,7 @@ import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
-from fed.config import FLConfig
+from fed.config import FLConfig, MethodSpec
 from fed.runner import run_stage
 
 w, p = snakemake.wildcards, snakemake.params
@@ -21,4 +21,5 @@ with open(snakemake.log[0], "w") as log:
         lower=snakemake.input.get("lower"),
         threads=snakemake.threads,
         progress=log,
+        method=MethodSpec.from_config(p.method_name, p.method) if p.method else None,
     )

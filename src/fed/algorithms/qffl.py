@@ -1,6 +1,6 @@
 """q-FFL / q-FedAvg (Li et al., ICLR 2020), as in litian96/fair_flearn ``qffedavg.py``.
 
-Client k trains locally from w_t to w_k and reports F_k, its training loss at w_t. With L = 1/lr:
+Client k trains locally from w_t to w_k and reports F_k, its training loss at w_t. With L (default 1/lr):
     Delta_k = L (w_t - w_k)
     h_k     = q F_k^(q-1) ||Delta_k||^2 + L F_k^q
     w_t+1   = w_t - sum_k F_k^q Delta_k / sum_k h_k
@@ -20,10 +20,12 @@ EPS = 1e-10  # fair_flearn adds 1e-10 to the loss
 class QFFL(Algorithm):
     name = "qffl"
 
-    def __init__(self, q: float = 1.0):
+    def __init__(self, q: float = 1.0, lipschitz: float | None = None):
         if q < 0:
             raise ValueError(f"q-FFL: q must be >= 0, got {q}")
-        self.q = q
+        if lipschitz is not None and lipschitz <= 0:
+            raise ValueError(f"q-FFL: lipschitz must be > 0, got {lipschitz}")
+        self.q, self.lipschitz = q, lipschitz
 
     def client_update(self, ctx, client) -> ClientResult:
         x, y = ctx.client_data(client)
@@ -41,7 +43,7 @@ class QFFL(Algorithm):
                 [r.state for r in results],
                 [r.extra["F"] for r in results],
                 self.q,
-                ctx.cfg.lr,
+                self.lipschitz or 1.0 / ctx.cfg.lr,
                 params,
             )
         )
@@ -49,10 +51,10 @@ class QFFL(Algorithm):
 
 
 def qffl_update(
-    global_state: State, client_states: list[State], losses: list[float], q: float, lr: float, keys: set[str]
+    global_state: State, client_states: list[State], losses: list[float], q: float, L: float, keys: set[str]
 ) -> State:
-    """The q-FFL server step on the entries ``keys`` of the state dicts (pure function, tested by hand)."""
-    L = 1.0 / lr
+    """The q-FFL server step with Lipschitz estimate ``L`` on the entries ``keys`` of the state dicts (pure
+    function, tested by hand)."""
     keys = [k for k in global_state if k in keys]
     numer = {k: torch.zeros_like(global_state[k], dtype=torch.float64) for k in keys}
     h_sum = 0.0

@@ -171,6 +171,19 @@ def local_split(
     return np.sort(np.concatenate(train)), np.sort(np.concatenate(test))
 
 
+def validation_split(partition: dict, labels: Sequence[int] | np.ndarray, fraction: float, seed: int) -> dict:
+    """The partition with a stratified ``fraction`` of every client's local *training* split moved to its local
+    *test* split, which then holds only those samples: a run on it trains on the rest and its local-test metrics
+    are validation metrics. Hyper-parameter selection (``tune:``) reads them; no test split is touched."""
+    labels = np.asarray(labels)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, 11]))
+    clients = []
+    for c in partition["clients"]:
+        train, val = local_split(labels, np.asarray(c["train"], dtype=np.int64), fraction, rng)
+        clients.append({"train": train.tolist(), "test": val.tolist()})
+    return {**partition, "clients": clients, "validation_fraction": fraction}
+
+
 def make_partition(
     labels: Sequence[int] | np.ndarray,
     scheme: str,
