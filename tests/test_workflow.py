@@ -25,8 +25,9 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # FL models are table cells, its oracles stages)
     assert counts["train"] == 90 + 3 + 6 and counts["table"] == 2 and counts["figure"] == 3
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
-    # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles
-    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3
+    # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
+    # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed)
+    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2
     assert counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
 
 

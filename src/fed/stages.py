@@ -15,6 +15,7 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
 - ``tuning`` (method=name): hyper-parameter selection for a method with ``tune:`` — one run per grid point on
   held-out client data (``fed.data.partition.validation_split``), the best point by ``select_by``. The cell then
   runs with the chosen values (q-FFL's q, as its authors select it: on validation data, never on a test set).
+  Computed once per (preset, dataset, partition), on seed 0, and shared by every seed.
 
 DA-FL's per-client DP-CGANs and FedDPMS' stage I register here as kinds of their own.
 """
@@ -53,10 +54,11 @@ class Stage:
 class StageKind:
     optional: bool = False  # a shortcut the run can do without (computes it itself)
     continues_from: str | None = None  # ordinal parameter: a stage continues from the same kind's lower value
+    per_seed: bool = True  # False: computed once, on seed 0's partition and streams, for every seed's cells
 
 
 STAGE_KINDS: dict[str, StageKind] = {
     "fedavg_prefix": StageKind(optional=True, continues_from="rounds"),
     "centralized_model": StageKind(),
-    "tuning": StageKind(),
+    "tuning": StageKind(per_seed=False),  # q-FFL's authors select q once, not per seed
 }

@@ -147,10 +147,18 @@ def figure_stages(fig):
 # Every stage the DAG needs, per (preset, dataset, partition, seed): one job each, shared by every cell or figure
 # that needs it.
 STAGES = collections.defaultdict(dict)
+
+
+def stage_key(key, stage):
+    """(preset, dataset, partition, seed) of the stage job a cell of ``key`` reads: seed 0 for a stage computed
+    once for every seed (fed.stages.StageKind.per_seed)."""
+    return key if stage.spec.per_seed else (*key[:3], 0)
+
+
 for _preset, _d, _p, _m, _s in CELL_PAPER:
     if algorithm(_m) in ALGORITHMS:
         for _stage in method_stages(_m).values():
-            STAGES[(_preset, _d, _p, _s)][_stage.key] = _stage
+            STAGES[stage_key((_preset, _d, _p, _s), _stage)][_stage.key] = _stage
 for _fig in config["figures"].values():
     for *_key, _stage in figure_stages(_fig):
         STAGES[tuple(_key)][_stage.key] = _stage
@@ -190,7 +198,7 @@ def train_inputs(w):
     key = (w.preset, w.dataset, w.partition, int(w.seed))
     stages = method_stages(w.method) or fedavg_prefix_of(key, w.method)
     for name, stage in stages.items():
-        inputs[f"stage_{name}"] = stage_path(*key, stage)
+        inputs[f"stage_{name}"] = stage_path(*stage_key(key, stage), stage)
     return inputs
 
 
