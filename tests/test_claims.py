@@ -53,3 +53,18 @@ def test_trend_and_claims_table():
     out = claims_table(claims, {"fig5": fig5, "t1": table([])}, {"fig5": "12 of 100 rounds"})
     assert list(out.verdict) == [SUPPORTED, NOT_RUN]
     assert list(out.setting) == ["not comparable (12 of 100 rounds)", "paper protocol"]
+
+
+def test_correlation_claim_over_classes():
+    from fed.reporting.claims import correlation
+
+    claim = {"x": "model_acc", "metric": "oracle_acc"}
+    acc = [95.0, 90, 85, 80, 70, 60, 50, 40, 30, 10]
+    rising = pd.DataFrame({"dataset": "fmnist", "model_acc": acc, "oracle_acc": [a * 0.9 for a in acc]})
+    result = correlation(rising, claim)
+    assert result["verdict"] == SUPPORTED and "ρ(model_acc, oracle_acc) = 1.00 over 10 rows" in result["evidence"]
+    falling = rising.assign(oracle_acc=[100 - a for a in acc])
+    assert correlation(falling, claim)["verdict"] == CONTRADICTED
+    unrelated = rising.assign(oracle_acc=[50.0, 10, 90, 30, 70, 20, 80, 40, 60, 45])  # ρ ≈ −0.03
+    assert correlation(unrelated, claim)["verdict"] == INCONCLUSIVE
+    assert correlation(rising.head(2), claim)["verdict"] == NOT_RUN  # too few classes to test

@@ -1,12 +1,15 @@
 """The workflow end to end: the smoke config through Snakemake, the full config as a dry run, MLflow under load."""
 
+import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
 
 import pandas as pd
 import pytest
+import torch
 from conftest import REPO, snakemake
 
 from fed.tracking import init_store
@@ -84,7 +87,10 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     assert len(runs) == 20 + 1 + 2 + 2
     run = next(r for r in runs if r.data.tags["method"] == "qffl" and r.data.tags["seed"] == "1")
     assert run.data.tags["paper"] == "fedzda" and run.data.tags["git_commit"] and run.data.tags["threads"] == "1"
-    assert run.data.params["method.params.q"] == "1.0" and run.data.params["preset.rounds"] == "3"
+    # q as the tuning stage chose it, on seed 0's validation splits, for every seed
+    tuning = tmp_path / f"results/stages/smoke/synthetic/{run.data.tags['partition']}/seed0/tuning-methodqffl.pt"
+    chosen = torch.load(tuning, weights_only=False)["chosen"]["q"]
+    assert run.data.params["method.params.q"] == str(chosen) and run.data.params["preset.rounds"] == "3"
     assert [m.step for m in client.get_metric_history(run.info.run_id, "global_acc")] == [1, 2, 3]
     assert {a.path for a in client.list_artifacts(run.info.run_id)} == {"metrics.json", "history.csv"}
     zdac = next(r for r in runs if r.data.tags["method"] == "fedzdac")
@@ -191,3 +197,33 @@ def test_a_moved_project_or_a_new_paper_reruns_nothing(smoke_run, tmp_path):
     )
     counts = job_counts(snakemake(moved, "-n", "--configfile", smoke, str(extra)).stdout)
     assert counts["train"] == 1 and counts["mlflow_init"] == 1  # only the new paper's cell and experiment
+
+
+@pytest.mark.slow
+def test_tables_rebuild_from_committed_reference_metrics_without_training(smoke_run, tmp_path):
+    """`fed export-reference` copies finished cells (no weights); with `reference_dir` a fresh checkout rebuilds
+    the tables from them, and trains only what the reference lacks."""
+    workdir, _ = smoke_run
+    reference = tmp_path / "reference"
+    proc = subprocess.run(
+        [sys.executable, "-m", "fed.cli", "export-reference", str(workdir / "results"), str(reference)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert "finished cells" in proc.stdout and not list(reference.glob("**/*.pt"))
+    manifest = json.loads((reference / "MANIFEST.json").read_text())
+    assert "smoke/synthetic/multimodal/qffl/seed1" in manifest["cells"]
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    args = ("--configfile", str(REPO / "config/smoke.yaml"), "--config", f"reference_dir={reference}")
+    dry = snakemake(fresh, "-n", "reports/tables/fedzda/table1.csv", *args).stdout
+    assert "rule train:" not in dry and "rule stage:" not in dry
+    snakemake(fresh, "--cores", "1", "reports/tables/fedzda/table1.csv", *args)
+    rebuilt = pd.read_csv(fresh / "reports/tables/fedzda/table1.csv")
+    original = pd.read_csv(workdir / "reports/tables/fedzda/table1.csv")
+    pd.testing.assert_frame_equal(rebuilt, original)
+    # a cell missing from the reference is trained
+    shutil.rmtree(reference / "runs/smoke/synthetic/unimodal/fedavg/seed0")
+    counts = job_counts(snakemake(fresh, "-n", "reports/tables/fedzda/table1.csv", *args).stdout)
+    assert counts["train"] == 1

@@ -42,6 +42,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--param", action="append", default=[], help="method parameter KEY=YAML_VALUE")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("-o", "--out", required=True)
+    p = sub.add_parser(
+        "export-reference",
+        help="copy the finished cells' metrics.json and history.csv (never weights) to a reference folder to commit",
+    )
+    p.add_argument("results_dir", help="a workflow's results_dir (its runs/ are read)")
+    p.add_argument("reference_dir", help="e.g. reference/fmnist (set as reference_dir in the config)")
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -54,6 +60,9 @@ def main(argv: list[str] | None = None) -> None:
         from fed.data.datasets import prepare
 
         print(prepare(args.dataset, args.root, download=not args.no_download))
+    elif args.cmd == "export-reference":
+        cells = export_reference(Path(args.results_dir), Path(args.reference_dir))
+        print(f"{len(cells)} finished cells in {args.reference_dir}")
     elif args.cmd == "partition":
         from fed.data.datasets import load_labels
         from fed.data.partition import make_partition
@@ -90,6 +99,27 @@ def main(argv: list[str] | None = None) -> None:
             threads=args.threads,
         )
         print(json.dumps(rec["last"] | {"diverged": rec["diverged"]}, default=str))
+
+
+def export_reference(results: Path, reference: Path) -> list[str]:
+    """Copy every finished cell (``metrics.json`` written last, atomically) with its ``history.csv`` from
+    ``results/runs`` to ``reference/runs``, and list them in ``reference/MANIFEST.json`` with the commit of the code
+    that ran them. Returns the cells, as paths relative to ``runs/``."""
+    import shutil
+
+    from fed.tracking import git_commit
+
+    cells = sorted(str(m.parent.relative_to(results / "runs")) for m in (results / "runs").glob("**/metrics.json"))
+    for cell in cells:
+        (reference / "runs" / cell).mkdir(parents=True, exist_ok=True)
+        for name in ("metrics.json", "history.csv"):
+            shutil.copyfile(results / "runs" / cell / name, reference / "runs" / cell / name)
+    manifest = reference / "MANIFEST.json"
+    old = json.loads(manifest.read_text()) if manifest.exists() else {"cells": {}}
+    commit = git_commit(results)
+    old["cells"].update({cell: commit for cell in cells})
+    manifest.write_text(json.dumps(old, indent=1, sort_keys=True))
+    return cells
 
 
 def _kv(pairs: list[str]) -> dict:

@@ -90,8 +90,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
             )
         elif source["paper"] != claim["paper"]:
             errors.append(f"claim {cname!r} of {claim['paper']!r} reads {claim['source']!r} of {source['paper']!r}")
-        elif claim["kind"] == "trend" and "x" not in claim:
-            errors.append(f"claim {cname!r}: a trend needs `x` (the column it trends over)")
+        elif claim["kind"] in ("trend", "correlation") and "x" not in claim:
+            errors.append(f"claim {cname!r}: a {claim['kind']} needs `x` (the column it goes with)")
         elif claim["kind"] == "best_method" and not claim.get("methods"):
             errors.append(f"claim {cname!r}: best_method needs `methods` (the candidates)")
     if not errors:

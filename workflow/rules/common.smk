@@ -39,6 +39,10 @@ except ValueError as _err:
 
 DATA = config["data_root"]
 RESULTS = config["results_dir"]
+# committed per-cell metrics of finished reference runs (relative paths: to the repository)
+REFERENCE = config.get("reference_dir") and str(
+    Path(workflow.basedir) / config["reference_dir"]
+)
 REPORTS = config["reports_dir"]
 TRACKING_URI = config["tracking_uri"] or default_uri(RESULTS)
 MLFLOW_READY = (
@@ -55,7 +59,13 @@ def algorithm(method):
 
 
 def cell_path(preset, dataset, partition, method, seed, file="metrics.json"):
-    return f"{RESULTS}/runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/{file}"
+    """A cell's file: the committed copy under `reference_dir` where there is one (finished reference runs; the
+    tables rebuild from them without training), else the one the train rule computes under results_dir.
+    """
+    rel = f"runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/{file}"
+    if REFERENCE and (Path(REFERENCE) / rel).exists():
+        return str(Path(REFERENCE) / rel)
+    return f"{RESULTS}/{rel}"
 
 
 def table_cells(exp):
@@ -228,7 +238,12 @@ def figure_inputs(w):
     cells = figure_cells(config["figures"][FIGURES[w.figure]])
     return {
         "metrics": [cell_path(**c) for c in cells],
-        "models": [cell_path(**c, file="model.pt") for c in cells],
+        # kinds that draw from metrics alone (Fig. 5) also draw from reference cells
+        "models": [
+            cell_path(**c, file="model.pt")
+            for c in cells
+            if FIGURE_KINDS[config["figures"][FIGURES[w.figure]]["kind"]].NEEDS_MODELS
+        ],
         "stages": [
             stage_path(*key, stage)
             for *key, stage in figure_stages(config["figures"][FIGURES[w.figure]])

@@ -15,10 +15,12 @@ caption = (
         for name, p in snakemake.params.presets.items()
     )
 )
-FIGURE_KINDS[fig["kind"]].draw(
+kind = FIGURE_KINDS[fig["kind"]]
+models = list(snakemake.input.models) if kind.NEEDS_MODELS else [None] * len(snakemake.input.metrics)
+kind.draw(
     fig,
     snakemake.params.cells,
-    list(zip(snakemake.input.metrics, snakemake.input.models)),
+    list(zip(snakemake.input.metrics, models)),
     list(snakemake.input.stages),
     snakemake.output.png,
     snakemake.output.csv,

@@ -9,6 +9,9 @@ Kinds (``claims.<name>.kind`` in a paper's config):
 - ``trend``: in a figure's CSV, ``metric`` falls (or rises, ``decreasing: false``) as ``x`` grows: supported when
   each step's change has the stated sign significantly (first vs last value by Welch's t), contradicted when the
   opposite sign is significant.
+- ``correlation``: in a figure's CSV, ``metric`` rises with ``x`` across its rows (e.g. Fig. 3's classes): Spearman's
+  rank correlation per dataset, one-sided; supported when significantly positive, contradicted when
+  significantly negative.
 """
 
 from __future__ import annotations
@@ -77,6 +80,20 @@ def trend(df: pd.DataFrame, claim: dict) -> dict:
     return _combine(outcomes, evidence)
 
 
+def correlation(df: pd.DataFrame, claim: dict) -> dict:
+    x, metric = claim["x"], claim["metric"]
+    evidence, outcomes = [], []
+    for dataset, g in df.dropna(subset=[x, metric]).groupby("dataset", sort=False):
+        if len(g) < 3 or g[x].nunique() < 2 or g[metric].nunique() < 2:
+            continue
+        rho = stats.spearmanr(g[x], g[metric])
+        p_up = float(stats.spearmanr(g[x], g[metric], alternative="greater").pvalue)
+        p_down = float(stats.spearmanr(g[x], g[metric], alternative="less").pvalue)
+        outcomes.append(SUPPORTED if p_up < ALPHA else CONTRADICTED if p_down < ALPHA else INCONCLUSIVE)
+        evidence.append(f"{dataset}: Spearman ρ({x}, {metric}) = {rho.statistic:.2f} over {len(g)} rows (p={p_up:.3g})")
+    return _combine(outcomes, evidence)
+
+
 def _combine(outcomes: list[str], evidence: list[str]) -> dict:
     if not outcomes:
         verdict = NOT_RUN
@@ -89,7 +106,7 @@ def _combine(outcomes: list[str], evidence: list[str]) -> dict:
     return {"verdict": verdict, "evidence": "; ".join(evidence)}
 
 
-KINDS = {"best_method": best_method, "trend": trend}
+KINDS = {"best_method": best_method, "trend": trend, "correlation": correlation}
 
 
 def claims_table(
@@ -118,4 +135,5 @@ def claims_table(
 TESTS = {
     "best_method": "best candidate vs best other method per dataset/partition, Welch's t one-sided, α = 0.05",
     "trend": "metric at the smallest vs the largest x, Welch's t one-sided, α = 0.05",
+    "correlation": "Spearman rank correlation of metric with x across rows, one-sided, α = 0.05",
 }

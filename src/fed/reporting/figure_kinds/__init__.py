@@ -7,8 +7,9 @@ A kind module defines
 - ``variants(fig, methods)``: method variants it needs that the config does not name (e.g. start-round variants);
 - ``cells(fig)``: the cells it reads, in the order ``draw`` receives their files;
 - ``stages(fig)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle;
-- ``draw(fig, cells, files, stages, png, csv, caption)``: files are (metrics.json, model.pt) per cell, stages the
-  stage files in ``stages(fig)`` order.
+- ``NEEDS_MODELS``: whether ``draw`` reads the cells' ``model.pt`` (if not, it can draw from committed metrics);
+- ``draw(fig, cells, files, stages, png, csv, caption)``: files are (metrics.json, model.pt or None) per cell,
+  stages the stage files in ``stages(fig)`` order.
 """
 
 from __future__ import annotations

@@ -9,6 +9,8 @@ import pandas as pd
 
 from fed.reporting.figure_kinds.common import STR, cell
 
+NEEDS_MODELS = False  # draw() reads the cells' model.pt (else only metrics.json)
+
 KEYS = {
     "preset": (True, STR),
     "partition": (True, STR),

@@ -13,6 +13,8 @@ ORACLE = {
     "additionalProperties": False,
     "properties": {"preset": STR, "partition": STR},
 }
+NEEDS_MODELS = True  # draw() reads the cells' model.pt
+
 KEYS = {"source": (True, CELLREF), "oracle": (True, ORACLE), "zsdg": (False, ZSDG)}
 
 

@@ -9,6 +9,8 @@ import pandas as pd
 
 from fed.reporting.figure_kinds.common import CELLREF, ZSDG, cell
 
+NEEDS_MODELS = True  # draw() reads the cells' model.pt
+
 KEYS = {
     "sources": (True, {"type": "object", "additionalProperties": CELLREF, "minProperties": 1}),
     "zsdg": (False, ZSDG),
