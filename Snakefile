@@ -9,6 +9,12 @@ configfile: f"{workflow.basedir}/config.yaml"  # also when run with --directory 
 
 
 include: "workflow/rules/common.smk"
+
+
+# `snakemake --report` opens on the summary: per paper, cells per verdict and the claims
+report: summary_report_text()
+
+
 include: "workflow/rules/data.smk"
 include: "workflow/rules/train.smk"
 include: "workflow/rules/tables.smk"

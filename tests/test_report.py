@@ -59,7 +59,9 @@ def test_report_shows_tables_and_figures(smoke_run, browser, tmp_path):
     snakemake(workdir, "--configfile", str(REPO / "config/smoke.yaml"), "--report", str(report))
     browser.get(report.as_uri())
     time.sleep(2)
-    for category in ("Tables", "Figures", "Partitions"):
+    landing = browser.find_element(By.TAG_NAME, "body").text  # opens on the summary, not on the DAG
+    assert "Table cells per verdict" in landing and "zda_best_local_accuracy" in landing, landing[:2000]
+    for category in ("Summary", "Tables", "Figures", "Partitions"):
         assert browser.find_elements(By.LINK_TEXT, category), f"no {category} category in the report"
 
     open_item(browser, "Tables", "reports/tables/fedzda/table1.html")

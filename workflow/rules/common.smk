@@ -262,12 +262,19 @@ def cost_cells(paper, preset):
     return list(cells.values())
 
 
+def summary_report_text():
+    """The report's landing page: the summary (verdict counts and claims) once the workflow has written it."""
+    summary = Path(REPORTS, "summary.rst").resolve()
+    return str(summary) if summary.exists() else "workflow/report/workflow.rst"
+
+
 def table_outputs():
     costs = {(e["paper"], e["preset"]) for e in config["tables"].values()}
     tables = [f"{REPORTS}/tables/{t}" for t in TABLES]
     tables += [f"{REPORTS}/tables/{paper}/costs_{p}" for paper, p in sorted(costs)]
     tables += [f"{REPORTS}/tables/{paper}/claims" for paper in sorted(CLAIM_PAPERS)]
-    return [f"{t}.{ext}" for t in tables for ext in ("csv", "md", "html")]
+    summary = [f"{REPORTS}/summary.{ext}" for ext in ("rst", "md", "html")]
+    return [f"{t}.{ext}" for t in tables for ext in ("csv", "md", "html")] + summary
 
 
 CLAIM_PAPERS = {c["paper"] for c in config["claims"].values()}

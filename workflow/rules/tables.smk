@@ -83,3 +83,28 @@ rule claims:
         reductions=lambda w: {s: source_reduction(s) for s in claim_sources(w.paper)},
     script:
         "../scripts/claims.py"
+
+
+rule summary:
+    """The report's opening page: table cells per verdict, per paper and table, and every paper's claims."""
+    input:
+        tables=[f"{REPORTS}/tables/{t}.csv" for t in TABLES],
+        claims=[f"{REPORTS}/tables/{p}/claims.csv" for p in sorted(CLAIM_PAPERS)],
+    output:
+        rst=f"{REPORTS}/summary.rst",
+        md=f"{REPORTS}/summary.md",
+        html=report(
+            f"{REPORTS}/summary.html",
+            caption="../report/summary.rst",
+            category="Summary",
+        ),
+    log:
+        "logs/summary.log",
+    conda:
+        "../../envs/fed.yaml"
+    params:
+        tables=list(TABLES),
+        papers={t: config["tables"][name]["paper"] for t, name in TABLES.items()},
+        claim_papers=sorted(CLAIM_PAPERS),
+    script:
+        "../scripts/summary.py"

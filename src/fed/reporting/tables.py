@@ -261,7 +261,7 @@ def write_table(
         for v in (REPRODUCED, ABOVE, BELOW, NOT_COMPARABLE, NO_PAPER, DIVERGED)
     )
     out.with_suffix(".html").write_text(
-        f"{_HTML_HEAD}<p>{_html_escape(caption)}</p><table class='fedrepro-table'><tr>{head}</tr>{body}</table>"
+        f"{HTML_HEAD}<p>{_html_escape(caption)}</p><table class='fedrepro-table'><tr>{head}</tr>{body}</table>"
         f"<p>{swatches}</p><p>{_html_escape(legend)}</p>\n"
     )
 
@@ -273,10 +273,10 @@ def write_frame(df: pd.DataFrame, out_prefix: str | Path, caption: str, csv_fram
     (df if csv_frame is None else csv_frame).to_csv(out.with_suffix(".csv"), index=False)
     out.with_suffix(".md").write_text(f"{caption}\n\n{df.to_markdown(index=False)}\n")
     html = df.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
-    out.with_suffix(".html").write_text(f"{_HTML_HEAD}<p>{_html_escape(caption)}</p>{html}\n")
+    out.with_suffix(".html").write_text(f"{HTML_HEAD}<p>{_html_escape(caption)}</p>{html}\n")
 
 
-_HTML_HEAD = (
+HTML_HEAD = (
     "<!doctype html><meta charset='utf-8'><style>table{border-collapse:collapse;font:13px sans-serif}"
     "td,th{padding:3px 8px;border-bottom:1px solid #ddd;text-align:left}</style>"
 )

@@ -1,0 +1,17 @@
+"""The report's opening page: verdict counts per paper and table, and every paper's claims (fed.reporting.summary)."""
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
+
+import pandas as pd
+
+from fed.reporting.summary import summary_html, summary_markdown, summary_rst, verdict_counts
+
+p = snakemake.params
+counts = verdict_counts([(p.papers[t], t, pd.read_csv(f)) for t, f in zip(p.tables, snakemake.input.tables)])
+claims = {paper: pd.read_csv(f) for paper, f in zip(p.claim_papers, snakemake.input.claims)}
+Path(snakemake.output.rst).write_text(summary_rst(counts, claims))
+Path(snakemake.output.md).write_text(summary_markdown(counts, claims))
+Path(snakemake.output.html).write_text(summary_html(counts, claims))
