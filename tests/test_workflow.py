@@ -40,10 +40,14 @@ def test_quick_config_dry_run(tmp_path):
 
 
 def test_fmnist_config_dry_run_lists_the_paper_scale_grid(tmp_path):
-    out = snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/fmnist.yaml")).stdout
+    fmnist = ("--configfile", str(REPO / "config/fmnist.yaml"))
+    out = snakemake(tmp_path, "-n", *fmnist, "--config", "reference_dir=null").stdout
     counts = job_counts(out)
     # FMNIST x 2 partitions x 5 methods x 3 seeds, and Fig. 5's starts at 90 and 95 x 3 seeds; no Fig. 4 (CIFAR-10)
     assert counts["train"] == 30 + 6 and counts["figure"] == 2 and counts["prepare_data"] == 1
+    # the cells committed under reference/fmnist are read from there, not trained
+    committed = json.loads((REPO / "reference/fmnist/MANIFEST.json").read_text())["cells"]
+    assert job_counts(snakemake(tmp_path, "-n", *fmnist).stdout)["train"] == 36 - len(committed)
     assert "results/runs/fedzda/fmnist/multimodal/fedzdac-start95/seed2/metrics.json" in out
     assert "cifar10" not in out
 
