@@ -134,8 +134,13 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     assert set(claims.index) == {
         "zda_best_local_accuracy",
         "zda_lowest_client_variance",
+        "zda_oracle_labels_known_classes",
         "zda_earlier_start_lower_variance",
     }
+    assert claims.loc["zda_oracle_labels_known_classes", "evidence"].startswith("synthetic: Spearman")
+    summary = (tmp_path / "reports/summary.md").read_text()  # what the report opens on
+    assert "fedzda/table1" in summary and "no paper value" in summary
+    assert "zda_oracle_labels_known_classes" in summary
     assert set(claims.verdict) <= {"supported", "contradicted", "inconclusive", "not evaluated (no comparable runs)"}
     assert claims.loc["zda_best_local_accuracy", "evidence"].startswith("synthetic/")  # tested on the smoke cells
     assert claims.setting.str.startswith("not comparable (smoke config").all()
