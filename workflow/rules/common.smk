@@ -13,7 +13,7 @@ sys.path.insert(
 )  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
-from fed.config import resolve_preset, sweep_variants, with_papers
+from fed.config import MethodSpec, resolve_preset, sweep_variants, with_papers
 from fed.stages import Stage
 from fed.validate import check_config
 from fed.tracking import default_uri
@@ -123,15 +123,16 @@ TABLES = {exp["output"]: name for name, exp in config["tables"].items()}
 FIGURES = {fig["output"]: name for name, fig in config["figures"].items()}
 
 
+def method_algorithm(method):
+    """The algorithm a configured method builds (its `tune:` grid aside)."""
+    spec = MethodSpec.from_config(method, config["methods"][method])
+    return build_algorithm(spec.algorithm, **spec.params)
+
+
 def method_stages(method):
     """{name: fed.stages.Stage} the method declares (optional shortcuts only with warm_start: true), and its
     hyper-parameter selection if it has `tune:`."""
-    spec = {
-        k: v
-        for k, v in config["methods"][method].items()
-        if k not in ("algorithm", "tune")
-    }
-    stages = build_algorithm(algorithm(method), **spec).stages()
+    stages = method_algorithm(method).stages()
     if "tune" in config["methods"][method]:
         stages["tuning"] = Stage.of("tuning", method=method)
     return {
@@ -218,12 +219,7 @@ def fedavg_prefix_of(key, method):
     """
     if not config["warm_start"]:
         return {}
-    spec = {
-        k: v
-        for k, v in config["methods"][method].items()
-        if k not in ("algorithm", "tune")
-    }
-    until = build_algorithm(algorithm(method), **spec).fedavg_until
+    until = method_algorithm(method).fedavg_until
     rounds = preset(key[0])["rounds"]
     prefixes = [
         s
