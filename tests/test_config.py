@@ -25,9 +25,10 @@ def checked(mutate):
 
 
 def test_shipped_configs_are_valid():
-    for overlay in ["config/quick.yaml", "config/smoke.yaml"]:
-        cfg = copy.deepcopy(BASE)
+    for overlay in ["config/quick.yaml", "config/smoke.yaml", "config/fmnist.yaml", "config/dafl_quick.yaml"]:
+        cfg = yaml.safe_load((REPO / "config.yaml").read_text())
         update_config(cfg, yaml.safe_load((REPO / overlay).read_text()))  # as snakemake --configfile does
+        cfg = with_papers(cfg, REPO / "config/papers")  # then the workflow merges the papers under it
         validate(cfg, SCHEMA)
         check_config(cfg)
     assert checked(lambda c: None) == []  # every method of the Fed-ZDA tables is implemented
@@ -60,11 +61,11 @@ def test_schema_rejects_out_of_range_values(mutate, message):
     [
         (
             lambda c: c["tables"]["fedzda_table1"]["methods"].append("fedsgd"),
-            "unknown method 'fedsgd'; defined methods: \\['ccvr', 'centralized', 'fedavg'",
+            "unknown method 'fedsgd'; defined methods: \\['ccvr', 'centralized', 'dafl_gamma0.005'",
         ),
         (
             lambda c: c["methods"].update(fedsgd={"algorithm": "sgd"}),
-            "unknown algorithm 'sgd'; valid choices: \\['ccvr', 'centralized', 'fedavg', 'fedbr', 'feddata'",
+            "unknown algorithm 'sgd'; valid choices: \\['ccvr', 'centralized', 'dafl', 'fedavg', 'fedbr', 'feddata'",
         ),
         (
             lambda c: c["tables"]["fedzda_table1"]["datasets"].append("imagenet"),
@@ -164,7 +165,7 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     from fed.config import with_papers
 
-    with pytest.raises(ValueError, match="unknown paper 'fedzdaa'; valid choices: \\['fedzda'\\]"):
+    with pytest.raises(ValueError, match="unknown paper 'fedzdaa'; valid choices: \\['dafl', 'fedzda'\\]"):
         with_papers(cfg | {"papers": ["fedzdaa"]}, REPO / "config/papers")
     full = with_papers(cfg, REPO / "config/papers")
     full["tables"]["fedzda_table1"]["metrics"] = ["global_accuracy"]

@@ -19,6 +19,7 @@ The engine owns the round loop; a method never sees it. Through :class:`Context`
 
 from __future__ import annotations
 
+import math
 import zlib
 from collections.abc import Callable
 from pathlib import Path
@@ -157,6 +158,10 @@ class Context:
     def share(self, kind: str, amount: float) -> None:
         """Record in the privacy ledger that ``amount`` of ``kind`` (e.g. "raw_samples") left the clients."""
         self.ledger[kind] = self.ledger.get(kind, 0) + amount
+
+    def guarantee(self, name: str, value: float) -> None:
+        """Record a privacy guarantee of what left the clients (e.g. "epsilon_total", "delta") in the ledger."""
+        self.ledger[name] = value if math.isfinite(value) else "inf"  # strict JSON has no infinity
 
     def sample_clients(self) -> list[int]:
         m = max(1, int(round(self.cfg.fraction * self.num_clients)))

@@ -20,8 +20,10 @@ import torch
 
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
+from fed.data.datasets import info as dataset_info
 from fed.data.datasets import load_dataset
 from fed.data.partition import validation_split
+from fed.dpgan import PSGSettings, to_gan_space, train_psg
 from fed.engine import Engine, resolve_device
 from fed.metrics import LOWER_IS_BETTER
 from fed.stages import Stage
@@ -82,6 +84,7 @@ class StageJob:
     engine: Callable[..., Engine]
     method: MethodSpec | None = None
     work_dir: Path | None = None
+    progress: TextIO | None = None
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -140,10 +143,57 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
     return dataclasses.replace(method, params=method.params | record["chosen"]), record
 
 
+def run_dp_cgan(job: StageJob) -> None:
+    """DA-FL's PSG (Algorithm 2) at every client, on its own training split: one DP-CGAN each. Writes the
+    generators and each one's DP-SGD steps, ε and seconds; a killed stage resumes at the next unfinished client."""
+    settings = PSGSettings.from_params(dict(job.stage.params))
+    ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
+    meta = dataset_info(job.dataset)
+    job.work_dir.mkdir(parents=True, exist_ok=True)
+    clients = []
+    for k in range(ctx.num_clients):
+        part = job.work_dir / f"client{k}.pt"
+        done = torch.load(part, weights_only=False) if part.exists() else None
+        if done is None or done["settings"] != dataclasses.asdict(settings):
+            x, y = ctx.client_data(k)
+            log = job.progress
+            if log:
+                print(f"[{job.stage.key}] client {k + 1}/{ctx.num_clients}: {len(y)} samples", file=log, flush=True)
+            result = train_psg(
+                to_gan_space(x.cpu().float(), meta.mean, meta.std),
+                y.cpu(),
+                ctx.num_classes,
+                settings,
+                ctx.seed_int("psg", k),
+                log,
+            )
+            done = {"settings": dataclasses.asdict(settings), **result.record()}
+            torch.save(done, part.with_suffix(".tmp"))
+            part.with_suffix(".tmp").replace(part)
+            if log:
+                print(
+                    f"  {result.steps}/{result.scheduled_steps} steps, ε = {result.epsilon:.3f}, "
+                    f"{result.seconds:.0f} s",
+                    file=log,
+                    flush=True,
+                )
+        clients.append(done)
+    record = {
+        "settings": dataclasses.asdict(settings),
+        "dataset": job.dataset,
+        "channels": ctx.input_shape[0],
+        "mean": meta.mean,
+        "std": meta.std,
+        "clients": [{k: v for k, v in c.items() if k != "settings"} for c in clients],
+    }
+    torch.save(record, job.out)
+
+
 STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "fedavg_prefix": run_fedavg_prefix,
     "centralized_model": run_centralized_model,
     "tuning": run_tuning,
+    "dp_cgan": run_dp_cgan,
 }
 
 
@@ -170,7 +220,7 @@ def run_stage(
         return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir)))
+    STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress))
 
 
 def _json_safe(obj):

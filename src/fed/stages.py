@@ -17,11 +17,16 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
   runs with the chosen values (q-FFL's q, as its authors select it: on validation data, never on a test set).
   Computed once per (preset, dataset, partition), on seed 0, and shared by every seed.
 
-DA-FL's per-client DP-CGANs and FedDPMS' stage I register here as kinds of their own.
+- ``dp_cgan`` (epsilon=ε0 and the GAN's settings): DA-FL's Private Sample Generation (Algorithm 2, ``fed.dpgan``),
+  one conditional GAN per client trained with DP-SGD (Opacus) on that client's data. The file holds each client's
+  generator, DP-SGD steps, ε spent and training time — never data. Shared by every γ and label budget ε1.
+
+FedDPMS' stage I registers here as a kind of its own.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,8 +44,14 @@ class Stage:
 
     @property
     def key(self) -> str:
-        """File-name id, e.g. ``fedavg_prefix-rounds79``."""
-        return "-".join([self.kind, *(f"{k}{v}" for k, v in self.params)])
+        """File-name id, e.g. ``fedavg_prefix-rounds79``; a kind with ``key_params`` names those and a short hash
+        of the rest (``dp_cgan-epsilon50-3f2a9c1e``)."""
+        shown = self.spec.key_params
+        if shown is None:
+            return "-".join([self.kind, *(f"{k}{v}" for k, v in self.params)])
+        rest = repr([(k, v) for k, v in self.params if k not in shown])
+        digest = hashlib.sha256(rest.encode()).hexdigest()[:8]
+        return "-".join([self.kind, *(f"{k}{v}" for k, v in self.params if k in shown), digest])
 
     @property
     def spec(self) -> StageKind:
@@ -55,10 +66,12 @@ class StageKind:
     optional: bool = False  # a shortcut the run can do without (computes it itself)
     continues_from: str | None = None  # ordinal parameter: a stage continues from the same kind's lower value
     per_seed: bool = True  # False: computed once, on seed 0's partition and streams, for every seed's cells
+    key_params: tuple[str, ...] | None = None  # name only these in the file name, hash the rest (many settings)
 
 
 STAGE_KINDS: dict[str, StageKind] = {
     "fedavg_prefix": StageKind(optional=True, continues_from="rounds"),
     "centralized_model": StageKind(),
     "tuning": StageKind(per_seed=False),  # q-FFL's authors select q once, not per seed
+    "dp_cgan": StageKind(key_params=("epsilon",)),  # DA-FL: one DP-CGAN per client, shared by every γ
 }

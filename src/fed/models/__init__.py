@@ -7,13 +7,14 @@ from collections.abc import Callable
 from functools import partial
 
 from fed.models.base import SplitModel
-from fed.models.cnn import FedZDACifarCNN, FedZDAMnistCNN
+from fed.models.cnn import DAFLCNN, FedZDACifarCNN, FedZDAMnistCNN
 from fed.models.mobilenet import MobileNetV2
 from fed.models.resnet import resnet
 
 MODELS: dict[str, Callable[..., SplitModel]] = {
     "cnn_mnist": FedZDAMnistCNN,
     "cnn_cifar": FedZDACifarCNN,
+    "cnn_dafl": DAFLCNN,  # DA-FL: 2 conv + 2 FC
     "resnet18": partial(resnet, 18),
     "resnet34": partial(resnet, 34),
     "mobilenetv2": MobileNetV2,  # cut at the pooled 1280-d penultimate layer

@@ -38,3 +38,25 @@ class FedZDACifarCNN(SequentialSplit):
             ),
             cut_layer="body.2",
         )
+
+
+class DAFLCNN(SequentialSplit):
+    """DA-FL's classifier (Tang et al. 2023, Sec. 4.1): 2 convolutions, each followed by max-pooling and ReLU, then
+    2 fully connected layers. Widths are in Fig. 3 only; we take LeNet-like ones: conv5x5-16, conv5x5-32, unpadded,
+    FC 128 (docs/deviations.md)."""
+
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, image_size: int = 28):
+        side = ((image_size - 4) // 2 - 4) // 2
+        super().__init__(
+            nn.Sequential(
+                nn.Conv2d(in_channels, 16, 5),
+                nn.MaxPool2d(2),
+                nn.ReLU(),
+                nn.Conv2d(16, 32, 5),
+                nn.MaxPool2d(2),
+                nn.ReLU(),
+                nn.Flatten(),
+            ),
+            nn.Sequential(nn.Linear(32 * side * side, 128), nn.ReLU(), nn.Linear(128, num_classes)),
+            cut_layer="body.6",
+        )

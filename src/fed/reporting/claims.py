@@ -7,8 +7,11 @@ Kinds (``claims.<name>.kind`` in a paper's config):
   the table on ``metric`` (``higher_is_better``). Supported: significantly better everywhere; contradicted: some
   other method significantly better somewhere; else inconclusive.
 - ``trend``: in a figure's CSV, ``metric`` falls (or rises, ``decreasing: false``) as ``x`` grows: supported when
-  each step's change has the stated sign significantly (first vs last value by Welch's t), contradicted when the
-  opposite sign is significant.
+  the change from the smallest to the largest x has the stated sign significantly (Welch's t), contradicted when
+  the opposite sign is significant. On a table, ``x_values`` maps its methods to x (Table 4's ε0 per method), per
+  dataset and partition.
+``datasets`` / ``partitions`` restrict a claim; ``exclude`` drops methods from ``best_method``'s rivals (an upper
+bound such as centralized training is not a rival).
 - ``correlation``: in a figure's CSV, ``metric`` rises with ``x`` across its rows (e.g. Fig. 3's classes): Spearman's
   rank correlation per dataset, one-sided; supported when significantly positive, contradicted when
   significantly negative.
@@ -38,9 +41,8 @@ def better(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int, higher:
 
 def best_method(table: pd.DataFrame, claim: dict) -> dict:
     higher = claim.get("higher_is_better", True)
-    rows = table[table.metric == claim["metric"]]
-    if "datasets" in claim:
-        rows = rows[rows.dataset.isin(claim["datasets"])]
+    rows = _select(table[table.metric == claim["metric"]], claim)
+    rows = rows[~rows.method.isin(claim.get("exclude", []))]
     evidence, outcomes = [], []
     for (dataset, partition), g in rows.groupby(["dataset", "partition"], sort=False):
         g = g[g.seeds > 0]
@@ -59,8 +61,17 @@ def best_method(table: pd.DataFrame, claim: dict) -> dict:
     return _combine(outcomes, evidence)
 
 
+def _select(rows: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    for key, column in (("datasets", "dataset"), ("partitions", "partition")):
+        if key in claim:
+            rows = rows[rows[column].isin(claim[key])]
+    return rows
+
+
 def trend(df: pd.DataFrame, claim: dict) -> dict:
     x, metric, decreasing = claim["x"], claim["metric"], claim.get("decreasing", True)
+    if "x_values" in claim:  # a table's methods as points of x (e.g. Table 4's ε0 per method)
+        return _table_trend(df, claim, x, metric, decreasing)
     df = df[~df.get("diverged", pd.Series(False, index=df.index)).astype(bool)]
     evidence, outcomes = [], []
     for dataset, g in df.groupby("dataset", sort=False):
@@ -76,6 +87,26 @@ def trend(df: pd.DataFrame, claim: dict) -> dict:
         evidence.append(
             f"{dataset}: {metric} at {x}={agg.index[0]} {lo['mean']:.2f} vs {x}={agg.index[-1]} "
             f"{hi['mean']:.2f} (p={p_claim:.3g})"
+        )
+    return _combine(outcomes, evidence)
+
+
+def _table_trend(table: pd.DataFrame, claim: dict, x: str, metric: str, decreasing: bool) -> dict:
+    rows = _select(table[(table.metric == metric) & table.method.isin(claim["x_values"])], claim)
+    rows = rows[rows.seeds > 0].assign(**{x: lambda r: r.method.map(claim["x_values"]).astype(float)})
+    evidence, outcomes = [], []
+    for (dataset, partition), g in rows.groupby(["dataset", "partition"], sort=False):
+        if len(g) < 2:
+            continue
+        g = g.sort_values(x)
+        lo, hi = g.iloc[0], g.iloc[-1]
+        first, last = (lo.ours_mean, lo.ours_std, int(lo.seeds)), (hi.ours_mean, hi.ours_std, int(hi.seeds))
+        p_claim = better(*first, *last, higher=decreasing)
+        p_opposite = better(*first, *last, higher=not decreasing)
+        outcomes.append(SUPPORTED if p_claim < ALPHA else CONTRADICTED if p_opposite < ALPHA else INCONCLUSIVE)
+        evidence.append(
+            f"{dataset}/{partition}: {metric} at {x}={lo[x]:g} {lo.ours_mean:.2f} vs {x}={hi[x]:g} "
+            f"{hi.ours_mean:.2f} (p={p_claim:.3g})"
         )
     return _combine(outcomes, evidence)
 

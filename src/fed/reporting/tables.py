@@ -106,6 +106,8 @@ def build_table(
             for variant, paper_method in methods.items():
                 for metric in metrics:
                     key = (dataset, partition, paper_method, metric)
+                    if key not in ref.index:  # one number for every partition (DA-FL's centralized training)
+                        key = (dataset, "", paper_method, metric)
                     p_val, p_std = (ref.loc[key, "value"], ref.loc[key, "std"]) if key in ref.index else ("", "")
                     row = {
                         "dataset": dataset,

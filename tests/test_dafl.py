@@ -1,0 +1,162 @@
+"""DA-FL (Tang et al. 2023): PSG's privacy accounting (Opacus), PLS's output distribution, and what leaves a client."""
+
+import json
+import math
+import warnings
+
+import numpy as np
+import pytest
+import torch
+from opacus.accountants import RDPAccountant
+
+from fed.algorithms import build_algorithm
+from fed.algorithms.dafl import pls_counts, pls_probabilities, sampled_counts
+from fed.config import FLConfig, MethodSpec
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import make_partition
+from fed.dpgan import PSGSettings, epsilon_after, steps_within_budget, train_psg
+from fed.engine import Engine
+from fed.models.cgan import Generator
+from fed.runner import run_cell, run_stage
+
+CFG = FLConfig(
+    num_clients=4, fraction=1.0, rounds=2, local_epochs=1, batch_size=16, lr=0.01, momentum=0.5, model="cnn_dafl"
+)
+TINY_GAN = {"rounds": 2, "batch_size": 16, "width": 4}
+
+
+def opacus_epsilon(sigma: float, q: float, steps: int, delta: float) -> float:
+    """Opacus' RDP accountant, fed the history directly (independent of our training loop)."""
+    accountant = RDPAccountant()
+    accountant.history = [(sigma, q, steps)]
+    return accountant.get_epsilon(delta)
+
+
+def tiny_client(n=64, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return torch.rand(n, 1, 32, 32, generator=g) * 2 - 1, torch.randint(0, 3, (n,), generator=g)
+
+
+@pytest.fixture(autouse=True)
+def _quiet():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # Opacus: secure RNG off, full backward hooks on non-grad inputs
+        yield
+
+
+def test_printed_epsilon_is_opacus_accountant_for_the_same_sigma_q_steps_delta():
+    x, y = tiny_client()
+    settings = PSGSettings(**TINY_GAN)
+    result = train_psg(x, y, 3, settings, seed=0)
+    assert result.steps == result.scheduled_steps == 2 * 4  # 2 epochs of ⌈64/16⌉ Poisson batches
+    assert result.sample_rate == pytest.approx(1 / 4)
+    expected = opacus_epsilon(0.5, 1 / 4, result.steps, 1e-5)
+    assert result.epsilon == pytest.approx(expected, abs=1e-6)
+    assert epsilon_after(result.steps, 1 / 4, 0.5, 1e-5) == pytest.approx(expected, abs=1e-6)
+
+
+def test_training_stops_before_the_step_that_would_exceed_epsilon0():
+    x, y = tiny_client()
+    settings = PSGSettings(**{**TINY_GAN, "rounds": 20, "epsilon": 25.0})  # 80 steps scheduled
+    result = train_psg(x, y, 3, settings, seed=0)
+    q, steps = result.sample_rate, result.steps
+    assert result.stopped_by_budget and 0 < steps < result.scheduled_steps
+    assert result.epsilon <= 25.0 < opacus_epsilon(0.5, q, steps + 1, 1e-5)  # one more step would exceed ε0
+    assert result.epsilon == pytest.approx(opacus_epsilon(0.5, q, steps, 1e-5), abs=1e-6)
+    assert steps == steps_within_budget(25.0, q, 0.5, 1e-5, 10_000)
+
+
+def test_no_step_fits_a_budget_below_one_steps_cost_and_infinite_budget_adds_no_noise():
+    assert steps_within_budget(1.0, 1 / 24, 0.5, 1e-5, 1000) == 0  # σ = 0.5: one step already costs ε ≈ 6
+    x, y = tiny_client()
+    none = train_psg(x, y, 3, PSGSettings(**{**TINY_GAN, "epsilon": 1.0}), seed=0)
+    assert none.steps == 0 and none.epsilon == 0.0 and none.stopped_by_budget
+    free = train_psg(x, y, 3, PSGSettings(**{**TINY_GAN, "epsilon": math.inf}), seed=0)
+    assert free.steps == free.scheduled_steps and free.epsilon == math.inf
+
+
+def test_pls_probabilities_by_hand():
+    # n = 4 samples, n_k = 1, γ = 0.5: n̂ = 2, r ∈ {0, 1, 2}, u = -|r/2 - 1/4| = (-1/4, -1/4, -3/4);
+    # ε / (2Δu) = ε n / 2 = 2 for ε = 1: weights e^{-1/2}, e^{-1/2}, e^{-3/2}
+    w = np.exp([-0.5, -0.5, -1.5])
+    assert pls_probabilities(1, 4, 2, 1.0) == pytest.approx(w / w.sum(), abs=1e-12)
+    assert pls_probabilities(1, 4, 2, math.inf).tolist() == [1.0, 0.0, 0.0]  # no noise: the best r (first of a tie)
+    assert pls_probabilities(3, 4, 2, 1e-9) == pytest.approx([1 / 3] * 3)  # no budget: uniform
+
+
+def test_pls_output_distribution_matches_the_closed_form():
+    counts, gamma, epsilon = np.array([2, 6]), 0.5, 2.0  # n = 8, n̂ = 4; ε1 = 2 → ε = 1 per class
+    rng = np.random.default_rng(0)
+    draws = np.array([pls_counts(counts, gamma, epsilon, rng) for _ in range(20_000)])
+    for k, n_k in enumerate(counts):
+        expected = pls_probabilities(n_k, 8, 4, epsilon / 2)
+        observed = np.bincount(draws[:, k], minlength=5) / len(draws)
+        assert observed == pytest.approx(expected, abs=0.012)  # 4 standard errors at 20 000 draws
+
+
+def test_label_sampling_without_privacy_draws_from_the_label_multiset():
+    labels = np.array([1] + [2] * 4)  # the paper's example: U_i = {1, 2, 2, 2, 2}
+    counts = sampled_counts(labels, 0.8, 3, np.random.default_rng(0))
+    assert counts.sum() == 4 and counts[0] == 0 and counts[1] <= 1 and counts[2] <= 4
+
+
+@pytest.fixture
+def dafl_cell(synthetic_root, tmp_path):
+    part = tmp_path / "part.json"
+    labels = load_labels("synthetic", synthetic_root)
+    part.write_text(json.dumps(make_partition(labels, "label_quantity", 4, seed=0, k=1)))
+    spec = MethodSpec("dafl", "dafl", {"gamma": 0.1, "gan": TINY_GAN})
+    stage = build_algorithm("dafl", **spec.params).stages()["gans"]
+    run_stage(stage, CFG, "synthetic", synthetic_root, part, 0, tmp_path / "gans.pt", tmp_path / "w", progress=None)
+    return spec, part, tmp_path / "gans.pt"
+
+
+def test_the_gan_stage_file_holds_generators_and_accounting_never_data(dafl_cell):
+    _, _, gans = dafl_cell
+    record = torch.load(gans, weights_only=False)
+    generator_keys = set(Generator(10, 1, 10, 4).state_dict())
+    assert len(record["clients"]) == 4
+    for client in record["clients"]:
+        assert set(client["generator"]) == generator_keys
+        assert client["epsilon"] == pytest.approx(opacus_epsilon(0.5, client["sample_rate"], client["steps"], 1e-5))
+        assert not any(isinstance(v, torch.Tensor) for k, v in client.items() if k != "generator")
+
+
+def test_raw_client_data_never_leaves_the_client(dafl_cell, synthetic_root):
+    spec, part, gans = dafl_cell
+    engine = Engine(
+        CFG,
+        build_algorithm("dafl", **spec.params),
+        load_dataset("synthetic", synthetic_root, "train"),
+        load_dataset("synthetic", synthetic_root, "test"),
+        json.loads(part.read_text()),
+        0,
+        stages={"gans": gans},
+        progress=None,
+    )
+    ctx, dafl = engine.ctx, engine.algorithm
+    dafl.setup(ctx)
+    reads = []
+    samples = ctx.samples
+    ctx.samples = lambda idx: reads.append(set(idx.tolist())) or samples(idx)  # every read of real samples
+    for i in range(ctx.num_clients):
+        reads.clear()
+        x, y = dafl.training_data(ctx, i)
+        assert reads and all(r <= set(ctx.train_idx[i].tolist()) for r in reads)  # its own samples, nothing else
+        own = len(ctx.train_idx[i])
+        pool = [s for j, s in enumerate(dafl._synthetic) if j != i]
+        assert torch.equal(x[own:], torch.cat([s[0] for s in pool]))
+        assert torch.equal(y[own:], torch.cat([s[1] for s in pool]))
+        others = torch.cat([samples(ctx.train_idx[j])[0] for j in range(ctx.num_clients) if j != i]).flatten(1)
+        assert torch.cdist(x[own:].flatten(1), others).min() > 1e-3  # no shared row is another client's sample
+
+
+def test_dafl_cell_records_its_privacy_ledger(dafl_cell, synthetic_root, tmp_path):
+    spec, part, gans = dafl_cell
+    out = run_cell(CFG, spec, "synthetic", synthetic_root, part, 0, tmp_path / "cell", stages={"gans": gans})
+    ledger = out["shared"]
+    eps = [c["epsilon"] for c in torch.load(gans, weights_only=False)["clients"]]
+    assert ledger["epsilon_gan"] == pytest.approx(max(eps)) and ledger["epsilon_labels"] == 1.0
+    assert ledger["epsilon_total"] == pytest.approx(max(eps) + 1.0) and ledger["delta"] == 1e-5
+    assert ledger["synthetic_samples"] > 0
+    assert "raw_samples" not in ledger and not out["diverged"]
