@@ -68,3 +68,33 @@ def test_correlation_claim_over_classes():
     unrelated = rising.assign(oracle_acc=[50.0, 10, 90, 30, 70, 20, 80, 40, 60, 45])  # ρ ≈ −0.03
     assert correlation(unrelated, claim)["verdict"] == INCONCLUSIVE
     assert correlation(rising.head(2), claim)["verdict"] == NOT_RUN  # too few classes to test
+
+
+def test_trend_over_a_tables_methods_and_best_method_filters():
+    # DA-FL Table 4: accuracy per ε0, one method per budget; ε0 = ∞ sorts last
+    t4 = table(
+        [("1-label", "eps1", 58.0, 1.0, 3), ("1-label", "eps50", 75.0, 1.0, 3), ("1-label", "epsinf", 88.0, 1.0, 3)]
+    )
+    claim = {
+        "x": "epsilon",
+        "metric": "local_acc_mean",
+        "decreasing": False,
+        "x_values": {"eps1": 1, "eps50": 50, "epsinf": float("inf")},
+    }
+    result = trend(t4, claim)
+    assert result["verdict"] == SUPPORTED and "epsilon=1 58.00 vs epsilon=inf 88.00" in result["evidence"]
+    assert trend(t4, claim | {"decreasing": True})["verdict"] == CONTRADICTED
+    assert trend(t4, claim | {"partitions": ["2-label"]})["verdict"] == NOT_RUN
+    # centralized training is an upper bound, not a rival: excluded, DA-FL's win over the baselines is supported
+    t3 = table(
+        [
+            ("1-label", "fedzdac", 75.0, 0.5, 3),
+            ("1-label", "fedavg", 50.0, 0.5, 3),
+            ("1-label", "centralized", 90.0, 0.5, 3),
+            ("dir", "fedavg", 97.0, 0.5, 3),
+            ("dir", "fedzdac", 96.0, 0.5, 3),
+        ]
+    )
+    assert best_method(t3, CLAIM)["verdict"] == CONTRADICTED
+    assert best_method(t3, CLAIM | {"exclude": ["centralized"]})["verdict"] == CONTRADICTED  # dir: fedavg wins
+    assert best_method(t3, CLAIM | {"exclude": ["centralized"], "partitions": ["1-label"]})["verdict"] == SUPPORTED

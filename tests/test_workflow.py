@@ -26,12 +26,28 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 4 three
     # ResNet34 models; Fig. 5 starts at 90 and 95 x 3 seeds (its start at 80 is the tables' Fed-ZDAC cell, Fig. 3's
     # FL models are table cells, its oracles stages)
-    assert counts["train"] == 90 + 3 + 6 and counts["table"] == 2 and counts["figure"] == 3
+    fedzda = 90 + 3 + 6
+    # DA-FL Table 3: 13 cells per (dataset, partition, seed) — FedAvg, FedProx x 4 mu, SCAFFOLD, FedNova, FedMix x 3
+    # lambda, DA-FL x 2 gamma, centralized — on MNIST/FMNIST x 3 partitions and SVHN/CIFAR-10 x 2, 3 seeds; Table 4
+    # four more eps0 and Fig. 6 two more gamma on MNIST (Table 4: 1-Label; Fig. 6: 1- and 2-Label); Figs. 4 and 7 read
+    # table cells
+    dafl = 13 * (2 * 3 + 2 * 2) * 3 + 4 * 3 + 2 * 2 * 3
+    assert counts["train"] == fedzda + dafl and counts["table"] == 2 + 4 and counts["figure"] == 3 + 4
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
-    # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed)
-    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2
-    assert counts["prepare_data"] == 3 and counts["mlflow_init"] == 1
+    # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
+    # (dataset, partition, eps0, seed), shared by every gamma: Table 3's 10 (dataset, partition) and Table 4's four
+    # other budgets, x 3 seeds
+    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2 + (10 + 4) * 3
+    assert counts["prepare_data"] == 4 and counts["mlflow_init"] == 2
+
+
+def test_dafl_quick_config_dry_run(tmp_path):
+    counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/dafl_quick.yaml")).stdout)
+    # Table 3's FMNIST column (13 cells x 3 partitions), Table 4's four other eps0 and Fig. 6's two other gamma on
+    # 1-Label; GANs for 3 partitions at eps0 = 50 and 1-Label at the four other budgets
+    assert counts["train"] == 13 * 3 + 4 + 2 and counts["stage"] == 3 + 4
+    assert counts["table"] == 2 and counts["figure"] == 4 and counts["prepare_data"] == 1
 
 
 def test_quick_config_dry_run(tmp_path):
@@ -50,6 +66,32 @@ def test_fmnist_config_dry_run_lists_the_paper_scale_grid(tmp_path):
     assert job_counts(snakemake(tmp_path, "-n", *fmnist).stdout)["train"] == 36 - len(committed)
     assert "results/runs/fedzda/fmnist/multimodal/fedzdac-start95/seed2/metrics.json" in out
     assert "cifar10" not in out
+
+
+@pytest.mark.slow
+def test_smoke_run_dafl_end_to_end(smoke_run):
+    """DA-FL through Snakemake: GAN stages, cells, verdicts, claims, Figs. 4, 5 and 7 and the privacy ledger."""
+    tmp_path, _ = smoke_run
+    t3 = pd.read_csv(tmp_path / "reports/tables/dafl/table3.csv")
+    assert sorted(t3.method) == ["dafl_gamma0.01", "dafl_gamma0.05", "fedavg"] and (t3.seeds == 2).all()
+    assert (t3.verdict == "no paper value").all()  # synthetic data: never compared with the paper's MNIST
+    claims = pd.read_csv(tmp_path / "reports/tables/dafl/claims.csv")
+    assert len(claims) == 3 and claims.setting.str.startswith("not comparable").all()
+    fig5 = pd.read_csv(tmp_path / "reports/figures/dafl/fig5.csv")
+    assert list(fig5.epsilon0) == [1.0, 50.0, float("inf")] and list(fig5.steps) == [0, 1, 1]  # no step fits ε0 = 1
+    fig7 = pd.read_csv(tmp_path / "reports/figures/dafl/fig7.csv")
+    assert set(fig7.stage) == {"FL", "GAN (sum over clients)", "GAN (slowest client)"}
+    assert (fig7.dropna(subset=["ratio_to_fl"]).ratio_to_fl > 0).all()
+    for fig in ("fig4", "fig5", "fig7"):
+        assert (tmp_path / f"reports/figures/dafl/{fig}.png").stat().st_size > 5000
+    cell = json.loads(
+        (tmp_path / "results/runs/smoke_dafl/synthetic/1-label/dafl_gamma0.01/seed0/metrics.json").read_text()
+    )
+    ledger = cell["shared"]
+    assert ledger["epsilon_total"] == pytest.approx(ledger["epsilon_gan"] + 1.0) and ledger["delta"] == 1e-5
+    assert "raw_samples" not in ledger
+    inf_cell = tmp_path / "results/runs/smoke_dafl/synthetic/1-label/dafl_gamma0.01_epsinf/seed0/metrics.json"
+    assert json.loads(inf_cell.read_text())["shared"]["epsilon_gan"] == "inf"
 
 
 @pytest.mark.slow

@@ -111,9 +111,13 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
         errors += [f"figure {name!r}: {e}" for e in preset_errors(presets, preset, fig["datasets"])]
     if errors:
         return errors
-    defined = config.get("methods", {})
+    defined = dict(config.get("methods", {}))
+    for m, spec in list(defined.items()):  # a sweep's variants (fedprox_best-mu0.01) are methods too
+        if "sweep" in spec:
+            defined |= sweep_variants(m, spec)
     try:
         methods = defined | kind.variants(fig, defined)
+        kind.stages(fig, defined)  # the methods whose stages it reads (e.g. DA-FL's GANs per ε0)
     except KeyError as err:
         return [f"figure {name!r}: unknown method {err.args[0]!r}; defined methods: {sorted(defined)}"]
     for c in kind.cells(fig):
@@ -164,7 +168,7 @@ def partition_errors(config: dict[str, Any]) -> list[str]:
     for fig in config.get("figures", {}).values():
         kind = FIGURE_KINDS[fig["kind"]]
         combos |= {(c["preset"], c["dataset"], c["partition"]) for c in kind.cells(fig)}
-        combos |= {(preset, d, p) for preset, d, p, _, _ in kind.stages(fig)}
+        combos |= {(preset, d, p) for preset, d, p, _, _ in kind.stages(fig, config["methods"])}
     errors = []
     for preset_name, dataset, partition in sorted(combos):
         preset = resolve_preset(config["presets"], preset_name)

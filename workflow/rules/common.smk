@@ -146,13 +146,18 @@ def stage_method(w):
     return dict(stage.params).get("method")
 
 
+def stage_record(stage):
+    """A stage as plain data for a job's params (the script rebuilds it with fed.stages.Stage.of)."""
+    return {"kind": stage.kind, "params": dict(stage.params)}
+
+
 def stage_path(preset, dataset, partition, seed, stage):
     return f"{RESULTS}/stages/{preset}/{dataset}/{partition}/seed{seed}/{stage.key}.pt"
 
 
 def figure_stages(fig):
     """(preset, dataset, partition, seed, Stage) a figure reads (e.g. Fig. 3's oracle), in its kind's order."""
-    return FIGURE_KINDS[fig["kind"]].stages(fig)
+    return FIGURE_KINDS[fig["kind"]].stages(fig, config["methods"])
 
 
 # Every stage the DAG needs, per (preset, dataset, partition, seed): one job each, shared by every cell or figure

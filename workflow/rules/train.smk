@@ -30,7 +30,11 @@ rule stage:
         runtime=config["train_runtime_min"],
         gpu=config["gpu_per_job"],
     params:
-        stage=lambda w: STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage],
+        # plain data, not a fed.stages.Stage: unpickling a fed object would import `fed` before the script puts
+        # this checkout's src/ first on sys.path (another checkout's editable install would win)
+        stage=lambda w: stage_record(
+            STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage]
+        ),
         # the method a tuning stage tunes (its spec with `tune:`), else None
         method_name=lambda w: stage_method(w),
         method=lambda w: config["methods"].get(stage_method(w)),

@@ -6,11 +6,12 @@ sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout
 
 from fed.config import FLConfig, MethodSpec
 from fed.runner import run_stage
+from fed.stages import Stage
 
 w, p = snakemake.wildcards, snakemake.params
 with open(snakemake.log[0], "w") as log:
     run_stage(
-        p.stage,
+        Stage.of(p.stage["kind"], **p.stage["params"]),
         FLConfig.from_preset(p.preset, w.dataset),
         w.dataset,
         p.data_root,

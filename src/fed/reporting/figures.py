@@ -94,3 +94,61 @@ def plot_image_grids(panels: dict[str, np.ndarray], out: str | Path, title: str)
         ax.axis("off")
     _title(fig, title)
     _save(fig, out)
+
+
+def tile(images, nrow: int = 4) -> np.ndarray:
+    """Images (N, C, H, W) in [0, 1] (a torch tensor) → one (H, W, C) grid (torchvision's make_grid)."""
+    import torchvision
+
+    grid = torchvision.utils.make_grid(images.clamp(0, 1), nrow=nrow, padding=1, pad_value=1.0)
+    return grid.permute(1, 2, 0).numpy()
+
+
+def plot_accuracy_curves(df, out: str | Path, title: str) -> None:
+    """DA-FL Fig. 4 / 6: global accuracy per round, mean ± std over seeds, one panel per (dataset, partition).
+    ``df``: dataset, partition, method, seed, round, global_acc, diverged (diverged seeds are left out)."""
+    df = df[~df.diverged.astype(bool)]
+    panels = list(dict.fromkeys(zip(df.dataset, df.partition)))
+    fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
+    for ax, (dataset, partition) in zip(axes[0], panels):
+        g = df[(df.dataset == dataset) & (df.partition == partition)]
+        for method, m in g.groupby("method", sort=False):
+            stats = m.groupby("round")["global_acc"].agg(["mean", "std"]).reset_index()
+            ax.plot(stats["round"], stats["mean"], label=method, lw=1.2)
+            ax.fill_between(
+                stats["round"],
+                stats["mean"] - stats["std"].fillna(0),
+                stats["mean"] + stats["std"].fillna(0),
+                alpha=0.2,
+            )
+        ax.set(title=f"{dataset}, {partition}", xlabel="communication round", ylabel="global test accuracy (%)")
+        ax.legend(fontsize=7)
+    _title(fig, title)
+    _save(fig, out)
+
+
+def plot_stage_cost(df, gan_method: str, out: str | Path, title: str) -> None:
+    """DA-FL Fig. 7: seconds per method and scenario; the DA-FL bar stacks its GAN stage (clients summed) on its FL
+    stage. ``df``: dataset, partition, method, seed, stage, seconds."""
+    mean = df.groupby(["dataset", "partition", "method", "stage"], sort=False).seconds.mean().reset_index()
+    scenarios = list(dict.fromkeys(zip(mean.dataset, mean.partition)))
+    methods = list(dict.fromkeys(mean.method))
+    width = 0.8 / len(methods)
+    fig, ax = plt.subplots(figsize=(max(6, 1.8 * len(scenarios)), 3.8))
+    for i, method in enumerate(methods):
+        x = np.arange(len(scenarios)) + i * width
+        fl = [_value(mean, s, method, "FL") for s in scenarios]
+        ax.bar(x, fl, width, label=f"{method}" + (" (FL stage)" if method == gan_method else ""))
+        if method == gan_method:
+            gan = [_value(mean, s, method, "GAN (sum over clients)") for s in scenarios]
+            ax.bar(x, gan, width, bottom=fl, hatch="//", color="none", edgecolor="k", label=f"{method} (GAN stage)")
+    ax.set(xticks=np.arange(len(scenarios)) + 0.4 - width / 2, ylabel="seconds")
+    ax.set_xticklabels([f"{d}\n{p}" for d, p in scenarios], fontsize=8)
+    ax.legend(fontsize=7, ncol=2)
+    _title(fig, title)
+    _save(fig, out)
+
+
+def _value(df, scenario, method, stage) -> float:
+    g = df[(df.dataset == scenario[0]) & (df.partition == scenario[1]) & (df.method == method) & (df.stage == stage)]
+    return float(g.seconds.iloc[0]) if len(g) else 0.0

@@ -6,7 +6,8 @@ A kind module defines
 - ``presets(fig)``: the presets its cells use (validated before any job);
 - ``variants(fig, methods)``: method variants it needs that the config does not name (e.g. start-round variants);
 - ``cells(fig)``: the cells it reads, in the order ``draw`` receives their files;
-- ``stages(fig)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle;
+- ``stages(fig, methods)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle
+  or the DP-CGANs of configured ``methods``;
 - ``NEEDS_MODELS``: whether ``draw`` reads the cells' ``model.pt`` (if not, it can draw from committed metrics);
 - ``draw(fig, cells, files, stages, png, csv, caption)``: files are (metrics.json, model.pt or None) per cell,
   stages the stage files in ``stages(fig)`` order.
@@ -18,10 +19,20 @@ from types import ModuleType
 
 import jsonschema
 
-from fed.reporting.figure_kinds import start_round_variance, zsdg_class_accuracy, zsdg_grids
+from fed.reporting.figure_kinds import (
+    accuracy_curves,
+    dp_samples,
+    stage_cost,
+    start_round_variance,
+    zsdg_class_accuracy,
+    zsdg_grids,
+)
 from fed.reporting.figure_kinds.common import COMMON_KEYS, cell
 
 FIGURE_KINDS: dict[str, ModuleType] = {
+    "accuracy_curves": accuracy_curves,
+    "dp_samples": dp_samples,
+    "stage_cost": stage_cost,
     "start_round_variance": start_round_variance,
     "zsdg_class_accuracy": zsdg_class_accuracy,
     "zsdg_grids": zsdg_grids,

@@ -31,7 +31,7 @@ def cells(fig):
     return [cell(src["preset"], d, src["partition"], src["method"], s) for d in fig["datasets"] for s in fig["seeds"]]
 
 
-def stages(fig):
+def stages(fig, methods):
     oracle = fig["oracle"]
     return [
         (oracle["preset"], d, oracle["partition"], s, Stage.of("centralized_model"))

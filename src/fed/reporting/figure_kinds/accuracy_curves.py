@@ -1,0 +1,64 @@
+"""Global test accuracy against the communication round, one line per method (mean ± std over seeds), one panel per
+(dataset, partition): DA-FL Fig. 4 (all methods) and Fig. 6 (sharing ratios γ)."""
+
+from __future__ import annotations
+
+import itertools
+import json
+
+import pandas as pd
+
+from fed.reporting.figure_kinds.common import STR, cell
+
+NEEDS_MODELS = False
+
+KEYS = {
+    "preset": (True, STR),
+    "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
+    # configured method names, sweep variants included (e.g. fedprox_best-mu0.01); a name equal to another
+    # method's spec reads that method's cell
+    "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
+    "labels": (False, {"type": "object", "additionalProperties": STR, "description": "method -> legend label"}),
+}
+
+
+def presets(fig):
+    return [fig["preset"]]
+
+
+def variants(fig, methods):
+    return {}
+
+
+def cells(fig):
+    return [
+        cell(fig["preset"], d, p, m, s)
+        for d, p, m, s in itertools.product(fig["datasets"], fig["partitions"], fig["methods"], fig["seeds"])
+    ]
+
+
+def stages(fig, methods):
+    return []
+
+
+def draw(fig, cells, files, stages, png, csv, caption):
+    from fed.reporting.figures import plot_accuracy_curves
+
+    rows = []
+    for c, (metrics, _) in zip(cells, files):
+        rec = json.loads(open(metrics).read())
+        label = fig.get("labels", {}).get(c["method"], c["method"])
+        for row in rec["history"]:
+            if row.get("global_acc") is not None:
+                rows.append(
+                    {
+                        **{k: c[k] for k in ("dataset", "partition", "seed")},
+                        "method": label,
+                        "round": row["round"],
+                        "global_acc": row["global_acc"],
+                        "diverged": rec["diverged"],
+                    }
+                )
+    df = pd.DataFrame(rows)
+    df.to_csv(csv, index=False)
+    plot_accuracy_curves(df, png, caption)
