@@ -70,12 +70,22 @@ def _select(rows: pd.DataFrame, claim: dict) -> pd.DataFrame:
 
 def trend(df: pd.DataFrame, claim: dict) -> dict:
     x, metric, decreasing = claim["x"], claim["metric"], claim.get("decreasing", True)
-    if "x_values" in claim:  # a table's methods as points of x (e.g. Table 4's ε0 per method)
-        return _table_trend(df, claim, x, metric, decreasing)
-    df = df[~df.get("diverged", pd.Series(False, index=df.index)).astype(bool)]
+    if "x_values" in claim:  # a table's methods as points of x (e.g. Table 4's ε0 per method), per dataset/partition
+        rows = _select(df[(df.metric == metric) & df.method.isin(claim["x_values"])], claim)
+        rows = rows[rows.seeds > 0].assign(**{x: lambda r: r.method.map(claim["x_values"]).astype(float)})
+        stats = rows.rename(columns={"ours_mean": "mean", "ours_std": "std", "seeds": "count"})
+        groups = [
+            (f"{d}/{p}", g.set_index(x)[["mean", "std", "count"]].sort_index())
+            for (d, p), g in stats.groupby(["dataset", "partition"], sort=False)
+        ]
+    else:  # a figure's CSV: one row per seed
+        df = _select(df[~df.get("diverged", pd.Series(False, index=df.index)).astype(bool)], claim)
+        groups = [
+            (dataset, g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index())
+            for dataset, g in df.groupby("dataset", sort=False)
+        ]
     evidence, outcomes = [], []
-    for dataset, g in df.groupby("dataset", sort=False):
-        agg = g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index()
+    for label, agg in groups:
         if len(agg) < 2:
             continue
         lo, hi = agg.iloc[0], agg.iloc[-1]
@@ -85,28 +95,8 @@ def trend(df: pd.DataFrame, claim: dict) -> dict:
         p_opposite = better(*first, *last, higher=not decreasing)
         outcomes.append(SUPPORTED if p_claim < ALPHA else CONTRADICTED if p_opposite < ALPHA else INCONCLUSIVE)
         evidence.append(
-            f"{dataset}: {metric} at {x}={agg.index[0]} {lo['mean']:.2f} vs {x}={agg.index[-1]} "
+            f"{label}: {metric} at {x}={agg.index[0]:g} {lo['mean']:.2f} vs {x}={agg.index[-1]:g} "
             f"{hi['mean']:.2f} (p={p_claim:.3g})"
-        )
-    return _combine(outcomes, evidence)
-
-
-def _table_trend(table: pd.DataFrame, claim: dict, x: str, metric: str, decreasing: bool) -> dict:
-    rows = _select(table[(table.metric == metric) & table.method.isin(claim["x_values"])], claim)
-    rows = rows[rows.seeds > 0].assign(**{x: lambda r: r.method.map(claim["x_values"]).astype(float)})
-    evidence, outcomes = [], []
-    for (dataset, partition), g in rows.groupby(["dataset", "partition"], sort=False):
-        if len(g) < 2:
-            continue
-        g = g.sort_values(x)
-        lo, hi = g.iloc[0], g.iloc[-1]
-        first, last = (lo.ours_mean, lo.ours_std, int(lo.seeds)), (hi.ours_mean, hi.ours_std, int(hi.seeds))
-        p_claim = better(*first, *last, higher=decreasing)
-        p_opposite = better(*first, *last, higher=not decreasing)
-        outcomes.append(SUPPORTED if p_claim < ALPHA else CONTRADICTED if p_opposite < ALPHA else INCONCLUSIVE)
-        evidence.append(
-            f"{dataset}/{partition}: {metric} at {x}={lo[x]:g} {lo.ours_mean:.2f} vs {x}={hi[x]:g} "
-            f"{hi.ours_mean:.2f} (p={p_claim:.3g})"
         )
     return _combine(outcomes, evidence)
 

@@ -3,12 +3,11 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR, cell
+from fed.reporting.figure_kinds.common import STR, grid_cells
 
 NEEDS_MODELS = False
 
@@ -31,10 +30,7 @@ def variants(fig, methods):
 
 
 def cells(fig):
-    return [
-        cell(fig["preset"], d, p, m, s)
-        for d, p, m, s in itertools.product(fig["datasets"], fig["partitions"], fig["methods"], fig["seeds"])
-    ]
+    return grid_cells(fig)
 
 
 def stages(fig, methods):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 STR = {"type": "string"}
 CELLREF = {
     "type": "object",
@@ -22,3 +24,11 @@ COMMON_KEYS = {
 
 def cell(preset: str, dataset: str, partition: str, method: str, seed: int) -> dict:
     return dict(preset=preset, dataset=dataset, partition=partition, method=method, seed=seed)
+
+
+def grid_cells(fig: dict) -> list[dict]:
+    """The cells of a figure over ``datasets`` × ``partitions`` × ``methods`` × ``seeds`` under one ``preset``."""
+    return [
+        cell(fig["preset"], d, p, m, s)
+        for d, p, m, s in itertools.product(fig["datasets"], fig["partitions"], fig["methods"], fig["seeds"])
+    ]

@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR, cell
+from fed.reporting.figure_kinds.common import STR, grid_cells
 from fed.reporting.figure_kinds.dp_samples import gan_stage
 
 NEEDS_MODELS = False
@@ -32,10 +32,7 @@ def variants(fig, methods):
 
 
 def cells(fig):
-    return [
-        cell(fig["preset"], d, p, m, s)
-        for d, p, m, s in itertools.product(fig["datasets"], fig["partitions"], fig["methods"], fig["seeds"])
-    ]
+    return grid_cells(fig)
 
 
 def stages(fig, methods):
