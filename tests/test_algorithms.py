@@ -49,7 +49,7 @@ def test_fedprox_loss_is_ce_plus_proximal_term():
 
 def test_unknown_and_planned_algorithms_are_explained():
     with pytest.raises(
-        ValueError, match="valid choices: \\['ccvr', 'centralized', 'fedavg', 'fedbr', 'feddata', 'feddecorr'"
+        ValueError, match="valid choices: \\['ccvr', 'centralized', 'dafl', 'fedavg', 'fedbr', 'feddata', 'feddecorr'"
     ):
         build_algorithm("fedsgd")
     with pytest.raises(ValueError, match="'flea' \\(planned, not yet implemented\\)"):
