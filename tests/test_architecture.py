@@ -4,6 +4,7 @@ the engine."""
 import ast
 import json
 import runpy
+import subprocess
 import sys
 from pathlib import Path
 
@@ -80,3 +81,11 @@ def test_algorithms_see_a_context_never_the_engine():
         if m.startswith("fed.algorithms"):
             assert not deps & {"fed.engine", "fed.runner", "fed.rounds"}, (m, deps)
     assert "fed.algorithms" not in graph["fed.config"]
+
+
+def test_importing_the_registries_leaves_logging_alone():
+    """The workflow imports fed's registries; a library that configures the root logger on import (Opacus does)
+    would print every Snakemake log line twice, so such imports stay inside the functions that need them."""
+    code = "import logging, fed.algorithms, fed.runner, fed.validate; print(len(logging.getLogger().handlers))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "0"

@@ -41,7 +41,7 @@ def open_item(driver, category: str, path: str):
     driver.find_element(By.LINK_TEXT, category).click()
     time.sleep(0.5)
     paper = path.split("/")[2]  # reports/<tables|figures>/<paper>/...: a category with several papers lists them
-    if path.startswith("reports/tables/") and driver.find_elements(By.LINK_TEXT, paper):
+    if driver.find_elements(By.LINK_TEXT, paper):
         driver.find_element(By.LINK_TEXT, paper).click()
         time.sleep(0.5)
     row = driver.find_element(By.XPATH, f"//td[text()='{path}']/ancestor::tr[1]")

@@ -24,11 +24,11 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from opacus import PrivacyEngine
-from opacus.accountants import RDPAccountant
-from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
 
 from fed.models.cgan import Discriminator, Generator
+
+# Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
+# module_utils), which would double every log line of the Snakemake process that reads the method registry.
 
 GAN_SIZE = 32  # the CGAN's image side (Sec. 4.1); 28×28 data are resized to it and back
 
@@ -87,6 +87,9 @@ def epsilon_after(steps: int, q: float, sigma: float, delta: float) -> float:
         return 0.0
     if sigma == 0:
         return math.inf
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+
     orders = RDPAccountant.DEFAULT_ALPHAS
     rdp = compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders)
     return get_privacy_spent(orders=orders, rdp=rdp, delta=delta)[0]
@@ -140,6 +143,8 @@ def train_psg(
     x: torch.Tensor, y: torch.Tensor, num_classes: int, settings: PSGSettings, seed: int, progress=None
 ) -> PSGResult:
     """Algorithm 2 on one client's images ``x`` (in GAN space, (n, C, 32, 32)) and labels ``y``."""
+    from opacus import PrivacyEngine
+
     started = time.perf_counter()
     torch.manual_seed(seed)
     channels, n = x.shape[1], len(y)
