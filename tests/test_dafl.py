@@ -115,7 +115,7 @@ def test_the_gan_stage_file_holds_generators_and_accounting_never_data(dafl_cell
     _, _, gans = dafl_cell
     record = torch.load(gans, weights_only=False)
     generator_keys = set(Generator(10, 1, 10, 4).state_dict())
-    assert len(record["clients"]) == 4
+    assert len(record["clients"]) == 4 and record["num_classes"] == 10 and record["channels"] == 1
     for client in record["clients"]:
         assert set(client["generator"]) == generator_keys
         assert client["epsilon"] == pytest.approx(opacus_epsilon(0.5, client["sample_rate"], client["steps"], 1e-5))

@@ -182,6 +182,7 @@ def run_dp_cgan(job: StageJob) -> None:
         "settings": dataclasses.asdict(settings),
         "dataset": job.dataset,
         "channels": ctx.input_shape[0],
+        "num_classes": ctx.num_classes,
         "mean": meta.mean,
         "std": meta.std,
         "clients": [{k: v for k, v in c.items() if k != "settings"} for c in clients],

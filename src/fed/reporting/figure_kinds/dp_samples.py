@@ -58,11 +58,11 @@ def draw(fig, cells, files, stages, png, csv, caption):
     n = fig.get("samples", 8)
     labels = torch.full((n,), fig["label"])
     panels, rows = {}, []
-    for path in stages:
+    for path in stages:  # seed 0 for every ε0: the same noise z behind every panel
         record = torch.load(path, weights_only=False)
         settings = PSGSettings.from_params(record["settings"])
         client = record["clients"][fig["client"]]
-        images = generate(client["generator"], labels, 10, record["channels"], settings, seed=0)  # same noise for all
+        images = generate(client["generator"], labels, record["num_classes"], record["channels"], settings, seed=0)
         panels[f"ε0 = {settings.epsilon:g}: {client['steps']} steps, ε = {client['epsilon']:.2f}"] = tile(
             (images + 1) / 2
         )
