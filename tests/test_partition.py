@@ -138,3 +138,17 @@ def test_unknown_scheme_lists_choices():
     with pytest.raises(ValueError, match="valid choices: \\['dirichlet', 'iid'"):
         make_partition(LABELS, "shards", 10)
     assert set(SCHEMES) == set(PARTITIONS)
+
+
+def test_subsample_keeps_a_share_of_every_client_and_leaves_the_rest_unchanged():
+    labels = np.repeat(np.arange(10), 300)
+    full = make_partition(labels, "dirichlet", 10, seed=3, beta=0.5)
+    half = make_partition(labels, "dirichlet", 10, seed=3, beta=0.5, subsample=0.5)
+    same = make_partition(labels, "dirichlet", 10, seed=3, beta=0.5, subsample=1.0)
+    assert half["params"] == {"beta": 0.5, "subsample": 0.5}
+    for f, h, s in zip(full["clients"], half["clients"], same["clients"]):
+        whole, kept = set(f["train"]) | set(f["test"]), set(h["train"]) | set(h["test"])
+        assert kept <= whole and len(kept) == max(1, round(0.5 * len(whole)))
+        assert set(s["train"]) | set(s["test"]) == whole  # subsample 1.0: the same assignment
+    with pytest.raises(ValueError, match="subsample"):
+        make_partition(labels, "iid", 10, subsample=0.0)

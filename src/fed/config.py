@@ -22,6 +22,7 @@ class FLConfig:
     batch_size: int = 10
     lr: float = 0.02
     momentum: float = 0.0
+    optimizer: str = "sgd"  # local optimiser: "sgd" (with momentum) | "adam" (FedDPMS' code: Adam, fresh each round)
     weight_decay: float = 0.0
     aggregation: str = "mean"  # "mean" (simple arithmetic mean) | "weighted" (by local sample count)
     local_test_fraction: float = 0.2

@@ -125,6 +125,7 @@ class Context:
         return SGDSettings(
             cfg.lr if lr is None else lr,
             cfg.momentum,
+            cfg.optimizer,
             cfg.weight_decay,
             cfg.batch_size,
             cfg.local_epochs if epochs is None else epochs,

@@ -158,20 +158,30 @@ class Engine:
         return Path(warm) if warm else None
 
     def load_warm_start(self) -> None:
-        """Continue from a FedAvg checkpoint at round r - 1 (start-round ablations): valid when the method is
-        FedAvg up to that round and the trajectory settings, seed, partition, data and code are the same."""
+        """Continue from a checkpoint at round r - 1: a FedAvg prefix (start-round ablations, valid when the method
+        is FedAvg up to that round), or the output of the stage the method declares as ``warm`` (FedDPMS' Stage I,
+        tagged with that stage's key). Trajectory settings, seed, partition, data and code must be the same."""
         ckpt = checkpoint.load_file(self.warm_start, self.ctx.device, "warm start")
-        until = self.algorithm.fedavg_until
+        declared = self.algorithm.stages().get("warm")
+        own_stage = declared is not None and declared.kind != "fedavg_prefix"
+        until = math.inf if own_stage else self.algorithm.fedavg_until
         if ckpt["prefix_fingerprint"] != self.prefix_fingerprint():
             raise ValueError(
                 f"warm start {self.warm_start}: other settings, seed, partition, data or code than "
                 "this run; delete it and rerun, Snakemake recomputes it"
             )
-        if ckpt["round"] >= until or ckpt["round"] >= self.cfg.rounds:
+        if own_stage and ckpt.get("stage") != declared.key:
             raise ValueError(
-                f"warm start {self.warm_start} at round {ckpt['round']} does not precede round "
-                f"{until}, where {type(self.algorithm).__name__} stops being FedAvg"
+                f"warm start {self.warm_start} is the output of {ckpt.get('stage') or 'a FedAvg prefix'}, "
+                f"not of {declared.key}, which {type(self.algorithm).__name__} continues from"
             )
+        if ckpt["round"] >= until or ckpt["round"] >= self.cfg.rounds:
+            where = (
+                f"the last round, {self.cfg.rounds}"
+                if ckpt["round"] < until
+                else f"round {until}, where {type(self.algorithm).__name__} stops being FedAvg"
+            )
+            raise ValueError(f"warm start {self.warm_start} at round {ckpt['round']} does not precede {where}")
         self._load(ckpt)
         self._log(f"warm-started from {self.warm_start} at round {self.ctx.round}")
 

@@ -19,6 +19,7 @@ State = dict[str, torch.Tensor]
 class SGDSettings:
     lr: float
     momentum: float = 0.0
+    optimizer: str = "sgd"  # "sgd" | "adam" (a fresh Adam per local update; momentum unused)
     weight_decay: float = 0.0
     batch_size: int = 10
     epochs: int = 1
@@ -42,8 +43,13 @@ def local_sgd(
     generator: torch.Generator,
     s: SGDSettings,
 ) -> LocalStats:
-    """``s.epochs`` epochs of mini-batch SGD on (x, y), batches drawn by ``generator``; model left in train mode."""
-    opt = torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+    """``s.epochs`` epochs of mini-batch SGD (or Adam) on (x, y), batches drawn by ``generator``; the model is left
+    in train mode."""
+    opt = (
+        torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
+        if s.optimizer == "adam"
+        else torch.optim.SGD(model.parameters(), lr=s.lr, momentum=s.momentum, weight_decay=s.weight_decay)
+    )
     model.train()
     total = torch.zeros((), device=y.device)
     seen = steps = 0

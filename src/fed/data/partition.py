@@ -193,7 +193,9 @@ def make_partition(
     avg_client_size: int | None = None,
     **params,
 ) -> dict:
-    """Partition ``labels`` with ``scheme`` and split every client locally; a pure function of its arguments."""
+    """Partition ``labels`` with ``scheme`` and split every client locally; a pure function of its arguments.
+    ``subsample`` (a fraction in (0, 1]) keeps that share of every client's samples, drawn without replacement after
+    the assignment (FedDPMS' code: ``--mini``; our quick configs), from a stream of its own."""
     if scheme not in PARTITIONS:
         raise ValueError(f"unknown partition scheme {scheme!r}; valid choices: {sorted(PARTITIONS)}")
     labels = np.asarray(labels)
@@ -202,8 +204,14 @@ def make_partition(
     if not num_clients or num_clients < 1:
         raise ValueError("make_partition needs num_clients >= 1 or avg_client_size")
     # Independent streams: the assignment and the local splits do not perturb each other.
-    assign_rng, split_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([seed, 7]).spawn(2))
+    assign_rng, split_rng, keep_rng = (np.random.default_rng(s) for s in np.random.SeedSequence([seed, 7]).spawn(3))
+    subsample = params.pop("subsample", None)
     parts = PARTITIONS[scheme](labels, num_clients, assign_rng, **params)
+    if subsample is not None:
+        if not 0 < subsample <= 1:
+            raise ValueError(f"subsample must be in (0, 1], got {subsample}")
+        parts = [np.sort(keep_rng.choice(idx, max(1, round(subsample * len(idx))), replace=False)) for idx in parts]
+        params["subsample"] = subsample
     num_classes = int(labels.max()) + 1
     clients = []
     for idx in parts:
