@@ -94,6 +94,16 @@ def run_fedavg_prefix(job: StageJob) -> None:
     shutil.copyfile(run.checkpoint_path, job.out)
 
 
+def run_vae_prelim(job: StageJob) -> None:
+    """FedDPMS' Stage I: P rounds of FedDPMS (its rounds ≤ P are Stage I); its final checkpoint, tagged with this
+    stage, is where FedDPMS cells continue (``Engine.load_warm_start`` checks the tag)."""
+    params = {"preliminary_rounds": job.stage.param("rounds"), "vae_weight": job.stage.param("vae_weight")}
+    run = job.engine(MethodSpec("feddpms-stage1", "feddpms", params), rounds=job.stage.param("rounds"))
+    run.run()
+    ckpt = torch.load(run.checkpoint_path, weights_only=False)
+    torch.save({**ckpt, "stage": job.stage.key}, job.out)
+
+
 def run_centralized_model(job: StageJob) -> None:
     """Centralized training for the preset's rounds; writes the model, its architecture and its last-round
     metrics (an oracle is a result too: its test accuracy goes beside the figure that uses it)."""
@@ -195,6 +205,7 @@ STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "centralized_model": run_centralized_model,
     "tuning": run_tuning,
     "dp_cgan": run_dp_cgan,
+    "vae_prelim": run_vae_prelim,
 }
 
 

@@ -21,7 +21,9 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
   one conditional GAN per client trained with DP-SGD (Opacus) on that client's data. The file holds each client's
   generator, DP-SGD steps, ε spent and training time — never data. Shared by every γ and label budget ε1.
 
-FedDPMS' stage I registers here as a kind of its own.
+- ``vae_prelim`` (rounds=P, vae_weight=λ): FedDPMS' Stage I — P rounds of VAE training with local decoders, ending
+  with the global decoder. Its checkpoint is where every FedDPMS cell with that (P, λ) continues, whatever its
+  noise, clipping and quota. Optional: with ``warm_start: false`` each cell trains its own Stage I.
 """
 
 from __future__ import annotations
@@ -74,4 +76,5 @@ STAGE_KINDS: dict[str, StageKind] = {
     "centralized_model": StageKind(),
     "tuning": StageKind(per_seed=False),  # q-FFL's authors select q once, not per seed
     "dp_cgan": StageKind(key_params=("epsilon",)),  # DA-FL: one DP-CGAN per client, shared by every γ
+    "vae_prelim": StageKind(optional=True),  # FedDPMS' Stage I, shared by every σ, C and α
 }

@@ -9,6 +9,7 @@ from fed.algorithms.fedavg import FedAvg
 from fed.algorithms.fedbr import FedBR
 from fed.algorithms.feddata import FedData
 from fed.algorithms.feddecorr import FedDecorr
+from fed.algorithms.feddpms import FedDPMS
 from fed.algorithms.fedgen import FedGen
 from fed.algorithms.fedlc import FedLC
 from fed.algorithms.fedmix import FedMix, NaiveMix
@@ -42,10 +43,11 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         FedGen,
         FedData,
         DAFL,
+        FedDPMS,
     )
 }
 
-PLANNED = {"feddpms", "flea"} - set(ALGORITHMS)  # two papers' own methods (issues 11-12)
+PLANNED = {"flea"} - set(ALGORITHMS)  # FLea's own method (issue 12)
 
 
 def build_algorithm(name: str, **params) -> Algorithm:

@@ -10,11 +10,15 @@ from fed.models.base import SplitModel
 from fed.models.cnn import DAFLCNN, FedZDACifarCNN, FedZDAMnistCNN
 from fed.models.mobilenet import MobileNetV2
 from fed.models.resnet import resnet
+from fed.models.vae import cifar_cnn as dpms_cifar_cnn
+from fed.models.vae import fmnist_cnn as dpms_fmnist_cnn
 
 MODELS: dict[str, Callable[..., SplitModel]] = {
     "cnn_mnist": FedZDAMnistCNN,
     "cnn_cifar": FedZDACifarCNN,
     "cnn_dafl": DAFLCNN,  # DA-FL: 2 conv + 2 FC
+    "cnn_dpms_fmnist": dpms_fmnist_cnn,  # FedDPMS: the VAE's encoder trunk + classifier (FMNIST sizes)
+    "cnn_dpms_cifar": dpms_cifar_cnn,  # FedDPMS: CIFAR-10/100 sizes
     "resnet18": partial(resnet, 18),
     "resnet34": partial(resnet, 34),
     "mobilenetv2": MobileNetV2,  # cut at the pooled 1280-d penultimate layer

@@ -1,0 +1,243 @@
+"""FedDPMS (Chen & Vikalo 2023): the shared mean's sensitivity, the noise against both accountings, the server's
+matching, Stage I's local decoders, and what a receiver sees."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from scipy.stats import norm
+
+from fed.algorithms import build_algorithm, feddpms
+from fed.config import FLConfig, MethodSpec
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import make_partition
+from fed.dpms import (
+    abundant_and_scarce,
+    class_mean,
+    clip_rows,
+    epsilon_classical,
+    epsilon_exact,
+    match_clients,
+    noisy_mean_pool,
+    sensitivity,
+)
+from fed.engine import Engine
+from fed.runner import run_cell, run_stage
+from fed.stages import Stage
+from fed.training import average_states
+
+CFG = FLConfig(
+    num_clients=4,
+    fraction=1.0,
+    rounds=3,
+    local_epochs=1,
+    batch_size=32,
+    lr=1e-3,
+    optimizer="adam",
+    aggregation="weighted",
+    local_test_fraction=0.0,
+    model="cnn_dpms_fmnist",
+)
+DPMS = {"preliminary_rounds": 2, "quota": 20, "max_attempts": 200}
+
+
+def test_clipping_bounds_the_mean_sensitivity_by_2C_over_n():
+    g = torch.Generator().manual_seed(0)
+    C, n = 1.5, 40
+    z = torch.randn(n, 8, generator=g) * 5  # most rows far outside the ball
+    assert (clip_rows(z, C).norm(dim=1) <= C + 1e-6).all()
+    inside = torch.randn(3, 8, generator=g) * 0.01
+    assert torch.equal(clip_rows(inside, C), inside)  # rows inside the ball are unchanged
+    m = class_mean(z, C)
+    bound = sensitivity(C, n)
+    for _ in range(200):  # replace, add or remove one sample, adversarially far away
+        far = torch.randn(1, 8, generator=g) * 1e3
+        k = int(torch.randint(n, (1,), generator=g))
+        replaced = torch.cat([z[:k], far, z[k + 1 :]])
+        assert (class_mean(replaced, C) - m).norm() <= bound + 1e-6
+        assert (class_mean(torch.cat([z, far]), C) - m).norm() <= bound + 1e-6
+        assert (class_mean(torch.cat([z[:k], z[k + 1 :]]), C) - class_mean(z, C)).norm() <= sensitivity(C, n - 1)
+    # the bound is attained: every row C·e1, one replaced by -C·e1
+    e1 = torch.zeros(1, 8)
+    e1[0, 0] = 1
+    same = (C * e1).repeat(n, 1)
+    flipped = torch.cat([same[:-1], -C * e1])
+    assert (class_mean(same, C) - class_mean(flipped, C)).norm() == pytest.approx(bound)
+
+
+def test_noise_std_is_sigma_times_sensitivity():
+    g = torch.Generator().manual_seed(1)
+    z = torch.randn(50, 4, generator=g)
+    pool = noisy_mean_pool(z, 0, lambda v: torch.zeros(len(v), dtype=torch.long), 1.0, 4.0, 20_000, 20_000, g)
+    assert pool.attempts == 20_000 and len(pool.latents) == 20_000  # everything accepted
+    noise = pool.latents - class_mean(z, 1.0)
+    assert noise.mean().item() == pytest.approx(0, abs=0.01)
+    assert noise.std().item() == pytest.approx(4.0 * 2 * 1.0 / 50, rel=0.02)
+
+
+def test_epsilon_by_the_slides_formula_and_by_the_exact_accountant():
+    # the slides' Definition 2 solved for ε: σ = 4, δ = 0.01 give ε = √(2 ln 125)/4 ≈ 0.777, not the slides' 0.5
+    eps = epsilon_classical(4.0, 0.01)
+    assert eps == pytest.approx(math.sqrt(2 * math.log(125)) / 4) and eps == pytest.approx(0.7769, abs=1e-4)
+    assert math.sqrt(2 * math.log(5 / (4 * 0.01))) / eps == pytest.approx(4.0)  # back to σ
+
+    # exact: the analytic Gaussian mechanism (Balle & Wang 2018, Thm. 8) at the PLD accountant's ε gives δ
+    def delta_of(eps, sigma):
+        return norm.cdf(1 / (2 * sigma) - eps * sigma) - math.exp(eps) * norm.cdf(-1 / (2 * sigma) - eps * sigma)
+
+    exact = epsilon_exact(4.0, 0.01)
+    assert delta_of(exact, 4.0) == pytest.approx(0.01, rel=1e-6) and exact == pytest.approx(0.36, abs=0.01)
+    assert exact < 0.5 < eps  # the slides' ε = 0.5 holds under the exact accounting, not under their own formula
+    # k releases of the same mean: one Gaussian with σ/√k
+    k = 50
+    composed = epsilon_exact(4.0, 0.01, k)
+    assert delta_of(composed, 4.0 / math.sqrt(k)) == pytest.approx(0.01, rel=1e-6) and composed > exact
+
+
+def test_abundant_scarce_classes_and_matching_by_hand():
+    counts = np.array([50, 0, 3, 20, 7])
+    assert abundant_and_scarce(counts, 2) == ([0, 3], [1, 2])
+    assert abundant_and_scarce(np.array([0, 5, 0]), 2) == ([1], [0, 2])  # an empty class is never abundant
+    abundant = [[0, 1], [2, 3], [0, 2], [4, 5]]
+    scarce = [[2, 3], [0, 1], [4, 5], [9, 8]]
+    # 0 needs {2,3}: client 1 has both; 1 needs {0,1}: client 0 has both (2 has only 0); 2 needs {4,5}: client 3;
+    # nobody is abundant in 8 or 9
+    assert match_clients(abundant, scarce) == [1, 0, 3, None]
+    assert match_clients([[0], [0]], [[0], [0]]) == [1, 0]  # never oneself
+
+
+@pytest.fixture(scope="module")
+def dpms_run(synthetic_root, tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("dpms")
+    part = tmp / "part.json"
+    part.write_text(
+        json.dumps(make_partition(load_labels("synthetic", synthetic_root), "dirichlet", 4, 0, 0.0, beta=0.3))
+    )
+    stage = Stage.of("vae_prelim", rounds=2, vae_weight=0.05)
+    run_stage(stage, CFG, "synthetic", synthetic_root, part, 0, tmp / "stage1.pt", tmp / "stage_work", progress=None)
+    return tmp, part
+
+
+def engine(root, part, stages=None, params=DPMS, rounds=3, work_dir=None):
+    return Engine(
+        FLConfig(**{**CFG.to_dict(), "rounds": rounds}),
+        build_algorithm("feddpms", **params),
+        load_dataset("synthetic", root, "train"),
+        load_dataset("synthetic", root, "test"),
+        json.loads(part.read_text()),
+        0,
+        work_dir=work_dir,
+        progress=None,
+        stages=stages,
+    )
+
+
+def decoder_keys(state):
+    return [k for k in state if k.startswith("extras.decoder.")]
+
+
+def test_decoders_stay_local_until_the_upload_round_then_average(dpms_run, synthetic_root):
+    tmp, part = dpms_run
+    run = engine(synthetic_root, part, rounds=2, work_dir=tmp / "local")
+    initial = {k: v.clone() for k, v in run.global_state.items()}
+    run.run()
+    record = torch.load(tmp / "stage1.pt", weights_only=False)
+    assert record["stage"] == Stage.of("vae_prelim", rounds=2, vae_weight=0.05).key and record["round"] == 2
+    # the stage's checkpoint is this very run's end (same settings, seed and streams)
+    for k in record["global_state"]:
+        assert torch.equal(record["global_state"][k], run.global_state[k]), k
+    ctx = run.ctx
+    round1 = [ctx.clients.load(k, 2)["decoder"] for k in range(4)]  # each client's decoder after round 1
+    round2 = [ctx.clients.load(k, 3)["decoder"] for k in range(4)]
+    assert not torch.equal(round1[0]["dense.weight"], round1[1]["dense.weight"])  # trained locally, apart
+    assert not torch.equal(round2[0]["dense.weight"], round1[0]["dense.weight"])  # round 2 continued round 1's
+    weights = [float(n) for n in ctx.client_sizes()]
+    mean = average_states([{f"extras.decoder.{k}": v for k, v in d.items()} for d in round2], weights)
+    for k in decoder_keys(run.global_state):  # the upload round: D̄ is the weighted mean of every client's decoder
+        assert torch.allclose(run.global_state[k].float(), mean[k].float(), atol=1e-6), k
+        assert not torch.equal(run.global_state[k], initial[k]) or "num_batches" in k
+    run1 = engine(synthetic_root, part, rounds=1)
+    run1.run()
+    for k in decoder_keys(run1.global_state):  # before the upload round the global decoder is not updated
+        assert torch.equal(run1.global_state[k], initial[k]), k
+
+
+def test_a_receiver_gets_noisy_latents_decoded_by_the_global_decoder_never_data_or_a_decoder(
+    dpms_run, synthetic_root, monkeypatch
+):
+    tmp, part = dpms_run
+
+    def accept_all(z, label, accept, *args, **kwargs):  # 2 Stage I rounds decode poorly: test the plumbing
+        return noisy_mean_pool(z, label, lambda v: torch.full((len(v),), label), *args, **kwargs)
+
+    monkeypatch.setattr(feddpms, "noisy_mean_pool", accept_all)
+    run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"}, params={**DPMS, "quota": 50})
+    run.run()
+    algo, ctx = run.algorithm, run.ctx
+    assert ctx.round == 3 and run.history[0]["round"] == 1  # continued from Stage I's round 2, its history kept
+    code = ctx.global_state["extras.mu.weight"].shape[0]
+    decoder = ctx.global_model().extras["decoder"]
+    received = [i for i, (z, y) in algo._received.items() if len(y)]
+    assert received, "no receiver got anything; the test would prove nothing"
+    for i, (z, y) in algo._received.items():
+        assert z.shape == (len(y), code) and y.dtype == torch.long  # latents and labels: all a receiver is sent
+        x_own, y_own = ctx.client_data(i)
+        x_all, y_all = algo.training_data(ctx, i)
+        assert len(y_all) == len(y_own) + len(y) and torch.equal(y_all[len(y_own) :], y)
+        if len(y):
+            with torch.no_grad():
+                assert torch.allclose(x_all[len(y_own) :], decoder(z))  # D̄(z̃): the global decoder, no other
+            donor = run.history[2]["dpms_donor"][i]
+            x_donor = ctx.client_data(donor)[0].flatten(1)
+            dist = torch.cdist(x_all[len(y_own) :].flatten(1), x_donor)
+            assert dist.min() > 1e-3  # no donor sample reaches the receiver
+    # global decoder after Stage II = Stage I's: decoders are not trained or re-averaged any more
+    stage1 = torch.load(tmp / "stage1.pt", weights_only=False)["global_state"]
+    for k in decoder_keys(stage1):
+        assert torch.equal(stage1[k], ctx.global_state[k]), k
+
+
+def test_the_ledger_reports_what_left_and_both_epsilons(dpms_run, synthetic_root):
+    tmp, part = dpms_run
+    spec = MethodSpec("feddpms", "feddpms", DPMS)
+    out = run_cell(
+        CFG, spec, "synthetic", synthetic_root, part, 0, tmp / "cell", stages={"warm": tmp / "stage1.pt"}, progress=None
+    )
+    shared = out["shared"]
+    assert shared["decoders"] == 4 and shared["class_roles_to_server"] == 4
+    assert shared["noisy_latent_means"] == sum(out["history"][2]["dpms_uploaded"])
+    assert shared["epsilon_classical_per_release"] == pytest.approx(epsilon_classical(4.0, 0.01))
+    assert shared["epsilon_exact_per_release"] == pytest.approx(epsilon_exact(4.0, 0.01))
+    assert shared["epsilon_exact"] == pytest.approx(epsilon_exact(4.0, 0.01, shared["releases_per_class_max"]))
+    assert 0 < shared["releases_per_class_max"] <= DPMS["max_attempts"] and shared["delta"] == 0.01
+    assert "raw_samples" not in shared
+
+
+def test_warm_start_refuses_a_checkpoint_of_another_stage(dpms_run, synthetic_root):
+    tmp, part = dpms_run
+    other = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"}, params={**DPMS, "preliminary_rounds": 1})
+    with pytest.raises(ValueError, match="vae_prelim-rounds1"):
+        other.run()
+
+
+def test_feddpms_rejects_a_model_without_a_vae_trunk_and_bad_settings():
+    with pytest.raises(ValueError, match="VAE trunk"):
+        Engine(
+            FLConfig(**{**CFG.to_dict(), "model": "cnn_mnist"}),
+            build_algorithm("feddpms"),
+            *[load_dataset_stub() for _ in range(2)],
+            {"clients": [{"train": [0], "test": []}]},
+            0,
+            progress=None,
+        )
+    for bad in ({"mean": "median"}, {"noise_multiplier": 0}, {"preliminary_rounds": 0}, {"clip_norm": -1.0}):
+        with pytest.raises(ValueError, match="FedDPMS"):
+            build_algorithm("feddpms", **bad)
+
+
+def load_dataset_stub():
+    from fed.data.datasets import TensorDataset
+
+    return TensorDataset(torch.zeros(2, 1, 28, 28), torch.zeros(2, dtype=torch.long), 10)
