@@ -98,3 +98,53 @@ def test_trend_over_a_tables_methods_and_best_method_filters():
     assert best_method(t3, CLAIM)["verdict"] == CONTRADICTED
     assert best_method(t3, CLAIM | {"exclude": ["centralized"]})["verdict"] == CONTRADICTED  # dir: fedavg wins
     assert best_method(t3, CLAIM | {"exclude": ["centralized"], "partitions": ["1-label"]})["verdict"] == SUPPORTED
+
+
+def test_no_gain_against_a_margin():
+    from fed.reporting.claims import no_gain
+
+    def fig(low, high, std=0.2):  # FedDPMS' accuracy vs P: three seeds at P = 5 and at P = 20
+        return pd.DataFrame(
+            [
+                dict(dataset="fmnist", x=x, seed=s, global_acc=v + d, diverged=False)
+                for x, v in ((5, low), (20, high))
+                for s, d in enumerate((-std, 0.0, std))
+            ]
+        )
+
+    claim = {"x": "x", "metric": "global_acc", "margin": 1.0}
+    assert no_gain(fig(80.0, 80.2), claim)["verdict"] == SUPPORTED  # +0.2 pp, clearly under the 1 pp margin
+    assert no_gain(fig(80.0, 83.0), claim)["verdict"] == CONTRADICTED  # +3 pp: more rounds did help
+    assert no_gain(fig(80.0, 81.0, std=2.0), claim)["verdict"] == INCONCLUSIVE
+    assert "gain +0.20 vs margin 1" in no_gain(fig(80.0, 80.2), claim)["evidence"]
+
+
+def test_gap_trend_pairs_seeds_and_picks_the_best_rival_at_each_end():
+    from fed.reporting.claims import gap_trend
+
+    def fig(rows):
+        return pd.DataFrame(
+            [
+                dict(dataset="fmnist", x=x, line=line, seed=s, global_acc=v + 0.1 * s, diverged=False)
+                for x, line, v in rows
+                for s in range(3)
+            ]
+        )
+
+    claim = {"metric": "global_acc", "methods": ["feddpms"]}
+    # lead of 5 pp at beta 0.1 over the best rival (fedprox, not fedavg), 0.5 pp at beta 0.5
+    narrowing = fig(
+        [
+            (0.1, "feddpms", 70.0),
+            (0.1, "fedavg", 60.0),
+            (0.1, "fedprox", 65.0),
+            (0.5, "feddpms", 85.5),
+            (0.5, "fedavg", 85.0),
+            (0.5, "fedprox", 80.0),
+        ]
+    )
+    out = gap_trend(narrowing, claim)
+    assert out["verdict"] == SUPPORTED and "+5.00 at x=0.1 vs +0.50 at x=0.5" in out["evidence"]
+    widening = fig([(0.1, "feddpms", 60.5), (0.1, "fedavg", 60.0), (0.5, "feddpms", 90.0), (0.5, "fedavg", 85.0)])
+    assert gap_trend(widening, claim)["verdict"] == CONTRADICTED
+    assert gap_trend(fig([(0.1, "feddpms", 70.0), (0.1, "fedavg", 60.0)]), claim)["verdict"] == NOT_RUN

@@ -165,7 +165,7 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     from fed.config import with_papers
 
-    with pytest.raises(ValueError, match="unknown paper 'fedzdaa'; valid choices: \\['dafl', 'fedzda'\\]"):
+    with pytest.raises(ValueError, match="unknown paper 'fedzdaa'; valid choices: \\['dafl', 'feddpms', 'fedzda'\\]"):
         with_papers(cfg | {"papers": ["fedzdaa"]}, REPO / "config/papers")
     full = with_papers(cfg, REPO / "config/papers")
     full["tables"]["fedzda_table1"]["metrics"] = ["global_accuracy"]

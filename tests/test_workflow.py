@@ -32,14 +32,21 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # four more eps0 and Fig. 6 two more gamma on MNIST (Table 4: 1-Label; Fig. 6: 1- and 2-Label); Figs. 4 and 7 read
     # table cells
     dafl = 13 * (2 * 3 + 2 * 2) * 3 + 4 * 3 + 2 * 2 * 3
-    assert counts["train"] == fedzda + dafl and counts["table"] == 2 + 4 and counts["figure"] == 3 + 4
+    # FedDPMS: 5 methods x 5 beta x 3 datasets x 3 seeds; the preliminary-rounds ablation adds P = 5 and 10 (FMNIST
+    # beta = 0.1, 3 seeds; P = 20 is the table's cell)
+    feddpms = 5 * 5 * 3 * 3 + 2 * 3
+    assert counts["train"] == fedzda + dafl + feddpms
+    assert counts["table"] == 2 + 4 + 4 and counts["figure"] == 3 + 4 + 4
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
     # (dataset, partition, eps0, seed), shared by every gamma: Table 3's 10 (dataset, partition) and Table 4's four
     # other budgets, x 3 seeds
-    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2 + (10 + 4) * 3
-    assert counts["prepare_data"] == 4 and counts["mlflow_init"] == 2
+    # FedDPMS' Stage I once per (dataset, partition, seed, P), shared by every noise level: 3 datasets x 5 beta x 3
+    # seeds at P = 20, and P = 5, 10 on FMNIST beta = 0.1
+    feddpms_stages = 3 * 5 * 3 + 2 * 3
+    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2 + (10 + 4) * 3 + feddpms_stages
+    assert counts["prepare_data"] == 5 and counts["mlflow_init"] == 3
 
 
 def test_dafl_quick_config_dry_run(tmp_path):
@@ -53,6 +60,13 @@ def test_dafl_quick_config_dry_run(tmp_path):
     committed = json.loads((REPO / "reference/dafl_quick/MANIFEST.json").read_text())["cells"]
     counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
     assert len(committed) == 45 and "train" not in counts and counts["stage"] == 3 + 4
+
+
+def test_feddpms_quick_config_dry_run(tmp_path):
+    counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/feddpms_quick.yaml")).stdout)
+    # 5 methods x 3 beta, and P = 1, 2 at beta = 0.1 (P = 3 is the table's cell); one Stage I per (beta, P)
+    assert counts["train"] == 5 * 3 + 2 and counts["stage"] == 3 + 2
+    assert counts["table"] == 2 and counts["figure"] == 2 and counts["prepare_data"] == 1
 
 
 def test_quick_config_dry_run(tmp_path):
@@ -97,6 +111,33 @@ def test_smoke_run_dafl_end_to_end(smoke_run):
     assert "raw_samples" not in ledger
     inf_cell = tmp_path / "results/runs/smoke_dafl/synthetic/1-label/dafl_gamma0.01_epsinf/seed0/metrics.json"
     assert json.loads(inf_cell.read_text())["shared"]["epsilon_gan"] == "inf"
+
+
+def test_smoke_run_feddpms_end_to_end(smoke_run):
+    """FedDPMS through Snakemake: Stage I stages shared by cells, DPMS, the ledger, tables, figures and claims."""
+    tmp_path, _ = smoke_run
+    acc = pd.read_csv(tmp_path / "reports/tables/feddpms/fmnist.csv")
+    assert sorted(set(acc.method)) == ["fedavg", "feddpms"] and set(acc.partition) == {"dir0.1", "dir0.5"}
+    assert (acc.verdict == "no paper value").all()  # the slides publish no numbers
+    stages = sorted(p.name for p in (tmp_path / "results/stages/smoke_dpms/synthetic").rglob("*.pt"))
+    assert stages == ["vae_prelim-rounds1-vae_weight0.05.pt"] + ["vae_prelim-rounds2-vae_weight0.05.pt"] * 2
+    fig = pd.read_csv(tmp_path / "reports/figures/feddpms/acc_vs_beta_fmnist.csv")
+    assert sorted(fig.x.unique()) == [0.1, 0.5] and (fig.report == "best").all()
+    prelim = pd.read_csv(tmp_path / "reports/figures/feddpms/preliminary_rounds.csv")
+    assert sorted(prelim.x) == [1, 2] and set(prelim.line) == {"dir0.1"}
+    claims = pd.read_csv(tmp_path / "reports/tables/feddpms/claims.csv")
+    assert list(claims.claim) == [
+        "feddpms_beats_baselines_small_beta",
+        "feddpms_gap_closes",
+        "feddpms_preliminary_not_needed",
+    ]
+    assert (claims.verdict == "inconclusive").all()  # one seed: no test can decide
+    cell = json.loads((tmp_path / "results/runs/smoke_dpms/synthetic/dir0.1/feddpms/seed0/metrics.json").read_text())
+    ledger, history = cell["shared"], cell["history"]
+    assert [r["round"] for r in history] == [1, 2, 3] and cell["best"]["round"] in (1, 2, 3)  # Stage I rounds kept
+    assert ledger["decoders"] == 10 and ledger["noisy_latent_means"] == sum(history[2]["dpms_uploaded"])
+    assert ledger["epsilon_classical_per_release"] == pytest.approx(0.7769, abs=1e-4)
+    assert ledger["epsilon_exact"] >= ledger["epsilon_exact_per_release"] > 0 and "raw_samples" not in ledger
 
 
 @pytest.mark.slow

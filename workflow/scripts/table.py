@@ -29,7 +29,8 @@ caption = (
     f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
     f"({preset['report']}-round protocol), preset '{exp['preset']}' "
     f"({preset['num_clients']} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
-    f"B={preset['batch_size']}, lr={preset['lr']}). Paper: {exp['paper']} {exp['table']}. "
+    f"B={preset['batch_size']}, {preset.get('optimizer', 'sgd')} lr={preset['lr']}). "
+    f"Paper: {exp['paper']} {exp['table']}. "
     f"{preset.get('reduction') or 'Full paper setting.'}"
     + (f" {preset['note']}" if preset.get("note") else "")
     + (

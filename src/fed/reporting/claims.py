@@ -12,6 +12,12 @@ Kinds (``claims.<name>.kind`` in a paper's config):
   dataset and partition.
 ``datasets`` / ``partitions`` restrict a claim; ``exclude`` drops methods from ``best_method``'s rivals (an upper
 bound such as centralized training is not a rival).
+- ``no_gain``: like ``trend``, but the claim is that ``metric`` does *not* gain more than ``margin`` from the smallest
+  to the largest x (FedDPMS: "more preliminary rounds are not needed"). Supported: the gain is significantly below
+  the margin (Welch's t against mean + margin); contradicted: significantly above it.
+- ``gap_trend``: in a figure's CSV (one row per seed, ``x`` and ``line`` columns), the gap between the best of
+  ``methods`` and the best other line narrows as ``x`` grows: per seed, candidate − rival at the smallest and the
+  largest x (the rival: the best other line there by mean), Welch's t on the two sets of gaps.
 - ``correlation``: in a figure's CSV, ``metric`` rises with ``x`` across its rows (e.g. Fig. 3's classes): Spearman's
   rank correlation per dataset, one-sided; supported when significantly positive, contradicted when
   significantly negative.
@@ -68,8 +74,10 @@ def _select(rows: pd.DataFrame, claim: dict) -> pd.DataFrame:
     return rows
 
 
-def trend(df: pd.DataFrame, claim: dict) -> dict:
-    x, metric, decreasing = claim["x"], claim["metric"], claim.get("decreasing", True)
+def _trend_groups(df: pd.DataFrame, claim: dict) -> list[tuple[str, pd.DataFrame]]:
+    """(label, mean/std/count of ``metric`` per x, sorted by x) per dataset and partition (tables) or dataset
+    (figure CSVs)."""
+    x, metric = claim["x"], claim["metric"]
     if "x_values" in claim:  # a table's methods as points of x (e.g. Table 4's ε0 per method), per dataset/partition
         rows = _select(df[(df.metric == metric) & df.method.isin(claim["x_values"])], claim)
         rows = rows[rows.seeds > 0].assign(**{x: lambda r: r.method.map(claim["x_values"]).astype(float)})
@@ -84,19 +92,65 @@ def trend(df: pd.DataFrame, claim: dict) -> dict:
             (dataset, g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index())
             for dataset, g in df.groupby("dataset", sort=False)
         ]
+    return [(label, agg) for label, agg in groups if len(agg) >= 2]
+
+
+def trend(df: pd.DataFrame, claim: dict) -> dict:
+    # decreasing in x: the value at the smallest x is higher than at the largest, and vice versa
+    return _compare_ends(df, claim, shift=0.0, higher=claim.get("decreasing", True))
+
+
+def no_gain(df: pd.DataFrame, claim: dict) -> dict:
+    # no gain: the value at the smallest x plus the margin is higher than at the largest
+    return _compare_ends(df, claim, shift=claim["margin"], higher=True)
+
+
+def _compare_ends(df: pd.DataFrame, claim: dict, shift: float, higher: bool) -> dict:
+    """Per group, "value at the smallest x + ``shift`` is higher (``higher``) or lower than at the largest x"."""
+    x, metric = claim["x"], claim["metric"]
     evidence, outcomes = [], []
-    for label, agg in groups:
-        if len(agg) < 2:
-            continue
+    for label, agg in _trend_groups(df, claim):
         lo, hi = agg.iloc[0], agg.iloc[-1]
-        # decreasing in x: the value at the smallest x is higher than at the largest, and vice versa
-        first, last = (lo["mean"], lo["std"], int(lo["count"])), (hi["mean"], hi["std"], int(hi["count"]))
-        p_claim = better(*first, *last, higher=decreasing)
-        p_opposite = better(*first, *last, higher=not decreasing)
+        first, last = (lo["mean"] + shift, lo["std"], int(lo["count"])), (hi["mean"], hi["std"], int(hi["count"]))
+        p_claim = better(*first, *last, higher=higher)
+        p_opposite = better(*first, *last, higher=not higher)
         outcomes.append(SUPPORTED if p_claim < ALPHA else CONTRADICTED if p_opposite < ALPHA else INCONCLUSIVE)
+        gain = f", gain {hi['mean'] - lo['mean']:+.2f} vs margin {shift:g}" if "margin" in claim else ""
         evidence.append(
             f"{label}: {metric} at {x}={agg.index[0]:g} {lo['mean']:.2f} vs {x}={agg.index[-1]:g} "
-            f"{hi['mean']:.2f} (p={p_claim:.3g})"
+            f"{hi['mean']:.2f}{gain} (p={p_claim:.3g})"
+        )
+    return _combine(outcomes, evidence)
+
+
+def gap_trend(df: pd.DataFrame, claim: dict) -> dict:
+    metric = claim["metric"]
+    df = _select(df[~df.diverged.astype(bool)], claim)
+    evidence, outcomes = [], []
+    for dataset, g in df.groupby("dataset", sort=False):
+        xs = sorted(g.x.unique())
+        if len(xs) < 2:
+            continue
+        gaps = {}
+        for x in (xs[0], xs[-1]):
+            at = g[g.x == x]
+            means = at.groupby("line")[metric].mean()
+            cand = means[means.index.isin(claim["methods"])]
+            rivals = means[~means.index.isin(claim["methods"])]
+            if cand.empty or rivals.empty:
+                break
+            per_seed = at.pivot_table(index="seed", columns="line", values=metric)
+            gaps[x] = (per_seed[cand.idxmax()] - per_seed[rivals.idxmax()]).dropna()
+        if len(gaps) < 2:
+            continue
+        small, large = gaps[xs[0]], gaps[xs[-1]]
+        stat = [(s.mean(), s.std(), len(s)) for s in (small, large)]
+        p_narrows = better(*stat[0], *stat[1])
+        p_widens = better(*stat[1], *stat[0])
+        outcomes.append(SUPPORTED if p_narrows < ALPHA else CONTRADICTED if p_widens < ALPHA else INCONCLUSIVE)
+        evidence.append(
+            f"{dataset}: gap to the best other method {small.mean():+.2f} at x={xs[0]:g} vs {large.mean():+.2f} at "
+            f"x={xs[-1]:g} (p={p_narrows:.3g})"
         )
     return _combine(outcomes, evidence)
 
@@ -127,7 +181,13 @@ def _combine(outcomes: list[str], evidence: list[str]) -> dict:
     return {"verdict": verdict, "evidence": "; ".join(evidence)}
 
 
-KINDS = {"best_method": best_method, "trend": trend, "correlation": correlation}
+KINDS = {
+    "best_method": best_method,
+    "trend": trend,
+    "no_gain": no_gain,
+    "gap_trend": gap_trend,
+    "correlation": correlation,
+}
 
 
 def claims_table(
@@ -156,5 +216,7 @@ def claims_table(
 TESTS = {
     "best_method": "best candidate vs best other method per dataset/partition, Welch's t one-sided, α = 0.05",
     "trend": "metric at the smallest vs the largest x, Welch's t one-sided, α = 0.05",
+    "no_gain": "gain from the smallest to the largest x against the margin, Welch's t one-sided, α = 0.05",
+    "gap_trend": "per-seed gap to the best other method, smallest vs largest x, Welch's t one-sided, α = 0.05",
     "correlation": "Spearman rank correlation of metric with x across rows, one-sided, α = 0.05",
 }

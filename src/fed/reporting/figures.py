@@ -127,6 +127,27 @@ def plot_accuracy_curves(df, out: str | Path, title: str) -> None:
     _save(fig, out)
 
 
+def plot_metric_vs_x(df, metric: str, x_label: str, out: str | Path, title: str) -> None:
+    """FedDPMS' accuracy vs β: ``metric`` against ``x`` per line, mean ± std over seeds (error bars), one panel per
+    dataset, x on a log scale when it spans a decade. ``df``: dataset, x, line, seed, metric, diverged (diverged
+    seeds are left out, and said so in the legend)."""
+    datasets = list(dict.fromkeys(df.dataset))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.4 * len(datasets), 3.6), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        g = df[df.dataset == dataset]
+        for line, m in g.groupby("line", sort=False):
+            lost = int(m.diverged.astype(bool).sum())
+            stats = m[~m.diverged.astype(bool)].groupby("x")[metric].agg(["mean", "std"]).reset_index()
+            label = line + (f" ({lost} diverged)" if lost else "")
+            ax.errorbar(stats.x, stats["mean"], yerr=stats["std"].fillna(0), label=label, marker="o", ms=3, capsize=2)
+        if g.x.max() >= 10 * g.x.min() > 0:
+            ax.set_xscale("log")
+        ax.set(title=dataset, xlabel=x_label, ylabel=metric.replace("global_acc", "global test accuracy (%)"))
+        ax.legend(fontsize=7)
+    _title(fig, title)
+    _save(fig, out)
+
+
 def plot_stage_cost(df, gan_method: str, out: str | Path, title: str) -> None:
     """DA-FL Fig. 7: seconds per method and scenario; the DA-FL bar stacks its GAN stage (clients summed) on its FL
     stage. ``df``: dataset, partition, method, seed, stage, seconds."""

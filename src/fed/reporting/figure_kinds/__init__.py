@@ -22,6 +22,7 @@ import jsonschema
 from fed.reporting.figure_kinds import (
     accuracy_curves,
     dp_samples,
+    metric_vs_x,
     stage_cost,
     start_round_variance,
     zsdg_class_accuracy,
@@ -32,6 +33,7 @@ from fed.reporting.figure_kinds.common import COMMON_KEYS, cell
 FIGURE_KINDS: dict[str, ModuleType] = {
     "accuracy_curves": accuracy_curves,
     "dp_samples": dp_samples,
+    "metric_vs_x": metric_vs_x,
     "stage_cost": stage_cost,
     "start_round_variance": start_round_variance,
     "zsdg_class_accuracy": zsdg_class_accuracy,
