@@ -24,6 +24,8 @@ from fed.dpms import (
     sensitivity,
 )
 from fed.engine import Engine
+from fed.models import build_model
+from fed.models.vae import vae_modules
 from fed.runner import run_cell, run_stage
 from fed.stages import Stage
 from fed.training import average_states
@@ -213,6 +215,35 @@ def test_the_ledger_reports_what_left_and_both_epsilons(dpms_run, synthetic_root
     assert shared["epsilon_exact"] == pytest.approx(epsilon_exact(4.0, 0.01, shared["releases_per_class_max"]))
     assert 0 < shared["releases_per_class_max"] <= DPMS["max_attempts"] and shared["delta"] == 0.01
     assert "raw_samples" not in shared
+
+
+def test_the_samples_figure_decodes_the_shared_noisy_means_with_the_global_decoder(
+    dpms_run, synthetic_root, monkeypatch
+):
+    from fed.reporting.figure_kinds.dpms_samples import decode_examples
+
+    tmp, part = dpms_run
+
+    def accept_all(z, label, accept, *args, **kwargs):
+        return noisy_mean_pool(z, label, lambda v: torch.full((len(v),), label), *args, **kwargs)
+
+    monkeypatch.setattr(feddpms, "noisy_mean_pool", accept_all)
+    spec = MethodSpec("feddpms", "feddpms", DPMS)
+    out = tmp / "cell_samples"
+    run_cell(CFG, spec, "synthetic", synthetic_root, part, 0, out, stages={"warm": tmp / "stage1.pt"}, progress=None)
+    x, labels, record = decode_examples(out / "metrics.json", out / "model.pt")
+    examples = record["history"][2]["dpms_examples"]
+    assert sorted(set(labels.tolist())) == sorted(int(c) for c in examples)
+    assert all(1 <= len(v) <= 8 for v in examples.values()) and len(labels) == sum(map(len, examples.values()))
+    assert x.shape == (len(labels), 1, 28, 28) and 0 <= x.min() and x.max() <= 1
+    # the same latents through Stage I's global decoder D̄ (the stage file, not the cell's model.pt) agree
+    decoder = vae_modules(build_model("cnn_dpms_fmnist", 1, 10, 28), (1, 28, 28))["decoder"]
+    stage1 = torch.load(tmp / "stage1.pt", weights_only=False)["global_state"]
+    decoder.load_state_dict({k.removeprefix("extras.decoder."): v for k, v in stage1.items() if "decoder." in k})
+    z = torch.tensor([v for c in sorted(examples, key=int) for v in examples[c]])
+    with torch.no_grad():
+        again = (decoder.eval()(z) * 0.25 + 0.5).clamp(0, 1)  # the synthetic data's mean 0.5, std 0.25
+    assert torch.allclose(x, again, atol=1e-6)
 
 
 def test_warm_start_refuses_a_checkpoint_of_another_stage(dpms_run, synthetic_root):

@@ -58,12 +58,15 @@ def algorithm(method):
     return config["methods"][method].get("algorithm", method)
 
 
-def cell_path(preset, dataset, partition, method, seed, file="metrics.json"):
+def cell_path(
+    preset, dataset, partition, method, seed, file="metrics.json", committed=True
+):
     """A cell's file: the committed copy under `reference_dir` where there is one (finished reference runs; the
-    tables rebuild from them without training), else the one the train rule computes under results_dir.
+    tables rebuild from them without training), else the one the train rule computes under results_dir (always,
+    with committed=False: a figure that reads a cell's model reads the metrics of that same run).
     """
     rel = f"runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/{file}"
-    if REFERENCE and (Path(REFERENCE) / rel).exists():
+    if committed and REFERENCE and (Path(REFERENCE) / rel).exists():
         return str(Path(REFERENCE) / rel)
     return f"{RESULTS}/{rel}"
 
@@ -237,14 +240,14 @@ def fedavg_prefix_of(key, method):
 def figure_inputs(w):
     """metrics.json and model.pt of every cell the figure reads, in figure_cells order, and its stages' files."""
     cells = figure_cells(config["figures"][FIGURES[w.figure]])
+    # kinds that draw from metrics alone (Fig. 5) also draw from reference cells; the others read a run's model
+    # and its metrics from the same run
+    needs_models = FIGURE_KINDS[
+        config["figures"][FIGURES[w.figure]]["kind"]
+    ].NEEDS_MODELS
     return {
-        "metrics": [cell_path(**c) for c in cells],
-        # kinds that draw from metrics alone (Fig. 5) also draw from reference cells
-        "models": [
-            cell_path(**c, file="model.pt")
-            for c in cells
-            if FIGURE_KINDS[config["figures"][FIGURES[w.figure]]["kind"]].NEEDS_MODELS
-        ],
+        "metrics": [cell_path(**c, committed=not needs_models) for c in cells],
+        "models": [cell_path(**c, file="model.pt") for c in cells if needs_models],
         "stages": [
             stage_path(*key, stage)
             for *key, stage in figure_stages(config["figures"][FIGURES[w.figure]])

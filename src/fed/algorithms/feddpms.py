@@ -29,7 +29,7 @@ from fed.models.vae import vae_modules
 from fed.stages import Stage
 from fed.training import predict
 
-VAE_KEYS = ("extras.mu.", "extras.logvar.", "extras.decoder.")
+EXAMPLES = 8  # noisy means per class kept in the run's history for the figures
 
 
 def vae_loss(model, x, y, vae_weight: float):
@@ -163,6 +163,12 @@ class FedDPMS(Algorithm):
             sum(len(pools[j, c].latents) for c in abundant[j]) for j in range(ctx.num_clients)
         ]
         ctx.round_metrics["dpms_received"] = [len(self._received[i][1]) for i in range(ctx.num_clients)]
+        # a few shared noisy means per class (what left the donors), for the synthetic-image figure
+        examples: dict[str, list] = {}
+        for (_, c), pool in sorted(pools.items(), key=lambda kv: kv[0][1]):
+            have = examples.setdefault(str(c), [])
+            have += [[round(v, 5) for v in z.tolist()] for z in pool.latents[: EXAMPLES - len(have)]]
+        ctx.round_metrics["dpms_examples"] = examples
         sigma, delta = self.noise_multiplier, self.delta
         ctx.guarantee("noise_multiplier", sigma)
         ctx.guarantee("delta", delta)

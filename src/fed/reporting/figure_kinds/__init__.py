@@ -22,6 +22,7 @@ import jsonschema
 from fed.reporting.figure_kinds import (
     accuracy_curves,
     dp_samples,
+    dpms_samples,
     metric_vs_x,
     stage_cost,
     start_round_variance,
@@ -33,6 +34,7 @@ from fed.reporting.figure_kinds.common import COMMON_KEYS, cell
 FIGURE_KINDS: dict[str, ModuleType] = {
     "accuracy_curves": accuracy_curves,
     "dp_samples": dp_samples,
+    "dpms_samples": dpms_samples,
     "metric_vs_x": metric_vs_x,
     "stage_cost": stage_cost,
     "start_round_variance": start_round_variance,
