@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO
 
 PKG = REPO / "src" / "fed"
@@ -18,7 +19,11 @@ def test_fedzda_smoke_cells_identical_to_before_the_refactor(tmp_path, monkeypat
     """tests/data/golden_fedzda_smoke.json was written by tests/data/make_golden.py on the pre-refactor engine."""
     golden = json.loads((REPO / "tests/data/golden_fedzda_smoke.json").read_text())
     monkeypatch.setattr(sys, "argv", ["make_golden.py", str(tmp_path / "now.json")])
-    runpy.run_path(str(REPO / "tests/data/make_golden.py"), run_name="__main__")
+    threads = torch.get_num_threads()
+    try:
+        runpy.run_path(str(REPO / "tests/data/make_golden.py"), run_name="__main__")
+    finally:
+        torch.set_num_threads(threads)
     now = json.loads((tmp_path / "now.json").read_text())
     assert set(now) == set(golden) == {"fedavg", "fedprox", "qffl", "centralized", "fedzdac", "fedzdas"}
     for method, record in golden.items():
