@@ -36,7 +36,7 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # beta = 0.1, 3 seeds; P = 20 is the table's cell)
     feddpms = 5 * 5 * 3 * 3 + 2 * 3
     assert counts["train"] == fedzda + dafl + feddpms
-    assert counts["table"] == 2 + 4 + 4 and counts["figure"] == 3 + 4 + 4
+    assert counts["table"] == 2 + 4 + 4 and counts["figure"] == 3 + 4 + 5
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
@@ -63,10 +63,16 @@ def test_dafl_quick_config_dry_run(tmp_path):
 
 
 def test_feddpms_quick_config_dry_run(tmp_path):
-    counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/feddpms_quick.yaml")).stdout)
+    quick = ("--configfile", str(REPO / "config/feddpms_quick.yaml"))
+    counts = job_counts(snakemake(tmp_path, "-n", *quick, "--config", "reference_dir=null").stdout)
     # 5 methods x 3 beta, and P = 1, 2 at beta = 0.1 (P = 3 is the table's cell); one Stage I per (beta, P)
     assert counts["train"] == 5 * 3 + 2 and counts["stage"] == 3 + 2
-    assert counts["table"] == 2 and counts["figure"] == 2 and counts["prepare_data"] == 1
+    assert counts["table"] == 2 and counts["figure"] == 3 and counts["prepare_data"] == 1
+    # the measured run's cells are committed: only the samples figure, which decodes with a cell's model, trains
+    # (that cell and its Stage I)
+    committed = json.loads((REPO / "reference/feddpms_quick/MANIFEST.json").read_text())["cells"]
+    counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
+    assert len(committed) == 17 and counts["train"] == 1 and counts["stage"] == 1
 
 
 def test_quick_config_dry_run(tmp_path):
@@ -138,6 +144,7 @@ def test_smoke_run_feddpms_end_to_end(smoke_run):
     assert ledger["decoders"] == 10 and ledger["noisy_latent_means"] == sum(history[2]["dpms_uploaded"])
     assert ledger["epsilon_classical_per_release"] == pytest.approx(0.7769, abs=1e-4)
     assert ledger["epsilon_exact"] >= ledger["epsilon_exact_per_release"] > 0 and "raw_samples" not in ledger
+    assert (tmp_path / "reports/figures/feddpms/samples.png").stat().st_size > 5000
 
 
 @pytest.mark.slow
