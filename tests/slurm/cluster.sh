@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # A single-node SLURM cluster on localhost for tests (Debian slurm-wlm + munge, run as root).
 #   tests/slurm/cluster.sh start   -> writes /etc/slurm/{slurm,gres}.conf, starts munged, slurmctld, slurmd
-#   tests/slurm/cluster.sh stop    -> stops the daemons this script started
+#   tests/slurm/cluster.sh stop    -> stops the daemons this script started and puts /etc/slurm back as it was
+# A slurm.conf left behind with no controller running costs every later `snakemake` call ~9 s: the SLURM executor
+# plugin runs `scontrol show config` when it is imported, and that waits for its timeout.
 # The node advertises one fake GPU (gres on /dev/null) so that jobs requesting --gpus=1 schedule.
 set -euo pipefail
 run=/run/fedrepro-slurm
@@ -14,6 +16,9 @@ start)
   mkdir -p "$run" /etc/slurm /var/spool/slurmctld /var/spool/slurmd /var/log/slurm /run/munge /var/lib/munge /var/log/munge
   [ -s /etc/munge/munge.key ] || { mkdir -p /etc/munge; dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null; }
   chmod 400 /etc/munge/munge.key
+  for f in slurm.conf gres.conf; do
+    if [ -e "/etc/slurm/$f" ] && [ ! -e "$run/$f.orig" ]; then cp -p "/etc/slurm/$f" "$run/$f.orig"; fi
+  done
   mem=$(awk '/MemTotal/ {print int($2/1024) - 1024}' /proc/meminfo)
   [ "$mem" -gt 16000 ] && mem=16000
   cat > /etc/slurm/slurm.conf <<CONF
@@ -59,6 +64,9 @@ stop)
     [ -f "$run/$d.pid" ] && kill "$(cat "$run/$d.pid")" 2>/dev/null || true
   done
   sleep 1
+  for f in slurm.conf gres.conf; do
+    if [ -e "$run/$f.orig" ]; then mv -f "$run/$f.orig" "/etc/slurm/$f"; else rm -f "/etc/slurm/$f"; fi
+  done
   ;;
 *) echo "usage: $0 start|stop"; exit 2 ;;
 esac
