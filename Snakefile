@@ -21,6 +21,19 @@ include: "workflow/rules/tables.smk"
 include: "workflow/rules/figures.smk"
 
 
+# Seconds-long bookkeeping runs where snakemake runs, not through a cluster queue. prepare_data is among them:
+# compute nodes often have no internet, the login node downloads the datasets.
+localrules:
+    prepare_data,
+    partition,
+    plot_partition,
+    mlflow_init,
+    table,
+    costs,
+    claims,
+    summary,
+
+
 rule all:
     default_target: True
     input:
