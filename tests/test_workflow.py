@@ -119,6 +119,7 @@ def test_smoke_run_dafl_end_to_end(smoke_run):
     assert json.loads(inf_cell.read_text())["shared"]["epsilon_gan"] == "inf"
 
 
+@pytest.mark.slow
 def test_smoke_run_feddpms_end_to_end(smoke_run):
     """FedDPMS through Snakemake: Stage I stages shared by cells, DPMS, the ledger, tables, figures and claims."""
     tmp_path, _ = smoke_run

@@ -24,6 +24,8 @@ class FLConfig:
     momentum: float = 0.0
     optimizer: str = "sgd"  # local optimiser: "sgd" (with momentum) | "adam" (FedDPMS' code: Adam, fresh each round)
     weight_decay: float = 0.0
+    lr_decay: float = 1.0  # per-round factor: round t trains at max(lr·lr_decay^(t−1), lr_min) (FLea: 0.98 to 1e-5)
+    lr_min: float = 0.0
     aggregation: str = "mean"  # "mean" (simple arithmetic mean) | "weighted" (by local sample count)
     local_test_fraction: float = 0.2
     eval_every: int = 1

@@ -102,8 +102,8 @@ class Context:
     # ---------------------------------------------------------------- models
     def new_model(self) -> nn.Module:
         """A fresh model of the run's architecture, on the run's device (initialised from torch's global RNG)."""
-        c, h = self.input_shape[0], self.input_shape[1]
-        model = build_model(self.cfg.model, c, self.num_classes, h)
+        c, h, w = self.input_shape
+        model = build_model(self.cfg.model, c, self.num_classes, h, w)
         extras = self._extra_modules(model, self.input_shape) if self._extra_modules else {}
         if extras:  # trained and aggregated with the model (e.g. MOON's projection head)
             assert not hasattr(model, "extras"), "a model may not define its own 'extras'"
@@ -120,10 +120,15 @@ class Context:
         return self._global_model[1]
 
     # ---------------------------------------------------------------- training
+    def round_lr(self) -> float:
+        """The preset's learning rate in this round: ``lr``·``lr_decay``^(round − 1), floored at ``lr_min``."""
+        cfg = self.cfg
+        return max(cfg.lr * cfg.lr_decay ** (max(self.round, 1) - 1), cfg.lr_min)
+
     def sgd_settings(self, epochs: int | None = None, lr: float | None = None) -> SGDSettings:
         cfg = self.cfg
         return SGDSettings(
-            cfg.lr if lr is None else lr,
+            self.round_lr() if lr is None else lr,
             cfg.momentum,
             cfg.optimizer,
             cfg.weight_decay,

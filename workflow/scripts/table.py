@@ -24,11 +24,15 @@ table = build_table(
     exp["select_by"],
     not_comparable=preset.get("reduction", ""),
     tolerance=tolerance,
+    paper_dataset=exp.get("paper_dataset"),
+    paper_where=exp.get("paper_where"),
 )
+clients = preset.get("num_clients") or f"|D_k| ≈ {preset['avg_client_size']}"
+
 caption = (
     f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
     f"({preset['report']}-round protocol), preset '{exp['preset']}' "
-    f"({preset['num_clients']} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
+    f"({clients} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
     f"B={preset['batch_size']}, {preset.get('optimizer', 'sgd')} lr={preset['lr']}). "
     f"Paper: {exp['paper']} {exp['table']}. "
     f"{preset.get('reduction') or 'Full paper setting.'}"

@@ -69,7 +69,7 @@ class FedBR(MeanSharing):
             h_global = ctx.global_model().features(x_p).flatten(1)
         h_local = h.flatten(1).mean(0, keepdim=True).expand(len(x_p), -1)
         projection = model.extras["projection"]
-        adversarial_step(projection, h_p.flatten(1), h_global, h_local, self.tau, ctx.cfg.lr)
+        adversarial_step(projection, h_p.flatten(1), h_global, h_local, self.tau, ctx.round_lr())
         # min step: P enters with detached parameters, so the optimiser leaves it where the max step put it
         fixed = {k: p.detach() for k, p in projection.named_parameters()}
         contrast = projection_contrast(projection, fixed, h_p.flatten(1), h_global, h_local, self.tau)

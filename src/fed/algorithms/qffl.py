@@ -43,7 +43,7 @@ class QFFL(Algorithm):
                 [r.state for r in results],
                 [r.extra["F"] for r in results],
                 self.q,
-                self.lipschitz or 1.0 / ctx.cfg.lr,
+                self.lipschitz or 1.0 / ctx.round_lr(),
                 params,
             )
         )

@@ -44,7 +44,7 @@ class Scaffold(Algorithm):
             ctx, client, *ctx.client_data(client), extra={"correction": [cg - ci for cg, ci in zip(self.c, c_i)]}
         )
         c_new = control_variate_update(
-            c_i, self.c, x_global, [p.detach() for p in ctx.model.parameters()], result.steps, ctx.cfg.lr
+            c_i, self.c, x_global, [p.detach() for p in ctx.model.parameters()], result.steps, ctx.round_lr()
         )
         ctx.save_client_state(client, {"c_i": c_new})
         result.extra["delta_c"] = [a - b for a, b in zip(c_new, c_i)]

@@ -30,6 +30,8 @@ class DatasetInfo:
     std: tuple[float, ...]
     files: str  # what to put where, for the offline error message (relative to the data root)
     n_train: int = 0  # size of the official training split (0: set by config, the synthetic set)
+    width: int = 0  # input width where it differs from ``size`` (UCI-HAR windows: 128 × 3)
+    reader: str | None = None  # "signals": FLea's audio/sensor data (fed.data.signals), cached as floats
 
 
 DATASETS: dict[str, DatasetInfo] = {
@@ -91,7 +93,41 @@ DATASETS: dict[str, DatasetInfo] = {
             "train_32x32.mat and test_32x32.mat",
             73257,
         ),
+        # FLea's audio and sensor data: float features, standardised per channel with the training split's statistics
+        DatasetInfo(
+            "ucihar",
+            None,
+            1,
+            128,
+            6,
+            (),
+            (),
+            "'UCI HAR Dataset/{train,test}/y_{split}.txt' and 'Inertial Signals/body_acc_{x,y,z}_{split}.txt' "
+            "(human+activity+recognition+using+smartphones.zip, unzipped twice)",
+            7352,
+            width=3,
+            reader="signals",
+        ),
+        DatasetInfo(
+            "urbansound8k",
+            None,
+            2,
+            64,
+            10,
+            (),
+            (),
+            "UrbanSound8K/metadata/UrbanSound8K.csv and UrbanSound8K/audio/fold1..fold10/*.wav (UrbanSound8K.tar.gz, "
+            "extracted; features need `pip install librosa`)",
+            6986,
+            width=344,
+            reader="signals",
+        ),
         DatasetInfo("synthetic", None, 1, 28, 10, (0.5,), (0.25,), "(generated, nothing to download)"),
+        # generated stand-ins of FLea's input shapes, for tests and smoke runs
+        DatasetInfo("synthetic_har", None, 1, 128, 6, (0.5,), (0.25,), "(generated, nothing to download)", width=3),
+        DatasetInfo(
+            "synthetic_audio", None, 2, 64, 10, (0.5, 0.5), (0.25, 0.25), "(generated, nothing to download)", width=344
+        ),
     ]
 }
 
@@ -127,8 +163,11 @@ def prepare(name: str, root: str | Path, download: bool = True, synthetic: dict 
     meta = info(name)
     out = cache_path(root, name)
     out.parent.mkdir(parents=True, exist_ok=True)
-    if meta.tv_class is None:
-        arrays = make_synthetic(**(synthetic or {}))
+    if meta.reader == "signals":
+        arrays = _signal_arrays(meta, Path(root), download)
+    elif meta.tv_class is None:
+        shape = {"channels": meta.channels, "size": meta.size, "width": meta.width or meta.size}
+        arrays = make_synthetic(**{**shape, "num_classes": meta.num_classes, **(synthetic or {})})
     else:
         arrays = {split: _torchvision_arrays(meta, Path(root), split, download) for split in ("train", "test")}
         arrays = {f"{k}_{split}": v for split, pair in arrays.items() for k, v in zip(("x", "y"), pair)}
@@ -145,9 +184,16 @@ def load_dataset(name: str, root: str | Path, split: str, device: str | torch.de
     if not path.exists():
         raise DatasetUnavailableError(f"{name} is not prepared: {path} is missing (run the prepare_data rule)")
     arrays = torch.load(path, weights_only=True)
-    x = arrays[f"x_{split}"].to(device=device, dtype=torch.float32).div_(255.0)
-    mean = torch.tensor(meta.mean, device=device).view(1, -1, 1, 1)
-    std = torch.tensor(meta.std, device=device).view(1, -1, 1, 1)
+    raw = arrays[f"x_{split}"]
+    x = raw.to(device=device, dtype=torch.float32)
+    if raw.dtype == torch.uint8:  # images: the dataset's published channel statistics
+        x = x.div_(255.0)
+        mean = torch.tensor(meta.mean, device=device).view(1, -1, 1, 1)
+        std = torch.tensor(meta.std, device=device).view(1, -1, 1, 1)
+    else:  # float features (FLea's audio, sensors): standardised with the training split's channel statistics
+        train = arrays["x_train"].to(torch.float32)
+        mean = train.mean((0, 2, 3)).view(1, -1, 1, 1).to(device)
+        std = train.std((0, 2, 3)).clamp_min(1e-8).view(1, -1, 1, 1).to(device)
     return TensorDataset((x - mean) / std, arrays[f"y_{split}"].to(device), meta.num_classes)
 
 
@@ -156,20 +202,29 @@ def load_labels(name: str, root: str | Path, split: str = "train") -> np.ndarray
 
 
 def make_synthetic(
-    n_train: int = 2000, n_test: int = 500, num_classes: int = 10, size: int = 28, noise: float = 0.35, seed: int = 0
+    n_train: int = 2000,
+    n_test: int = 500,
+    num_classes: int = 10,
+    size: int = 28,
+    noise: float = 0.35,
+    seed: int = 0,
+    channels: int = 1,
+    width: int | None = None,
 ) -> dict[str, torch.Tensor]:
-    """Class-conditional images: a fixed smooth random prototype per class plus per-sample noise and shift.
+    """Class-conditional images (channels × size × width): a fixed smooth random prototype per class plus
+    per-sample noise and shift.
 
     Deterministic in ``seed``; learnable by the paper CNNs in a few rounds, and not trivially (noise, shifts).
     """
+    width = width or size
     g = torch.Generator().manual_seed(seed)
-    coarse = torch.rand(num_classes, 1, 7, 7, generator=g)
-    protos = torch.nn.functional.interpolate(coarse, size=(size, size), mode="bilinear", align_corners=False)
+    coarse = torch.rand(num_classes, channels, 7, 7, generator=g)
+    protos = torch.nn.functional.interpolate(coarse, size=(size, width), mode="bilinear", align_corners=False)
 
     def draw(n: int) -> tuple[torch.Tensor, torch.Tensor]:
         y = torch.arange(n) % num_classes
         y = y[torch.randperm(n, generator=g)]
-        imgs = protos[y] + noise * torch.randn(n, 1, size, size, generator=g)
+        imgs = protos[y] + noise * torch.randn(n, channels, size, width, generator=g)
         shifts = torch.randint(-2, 3, (n, 2), generator=g)
         imgs = torch.stack([torch.roll(im, tuple(s.tolist()), dims=(1, 2)) for im, s in zip(imgs, shifts)])
         return (imgs.clamp(0, 1) * 255).round().to(torch.uint8), y.to(torch.int64)
@@ -213,6 +268,21 @@ def _torchvision_arrays(meta: DatasetInfo, root: Path, split: str, download: boo
         x = x.permute(0, 3, 1, 2)
     labels = ds.labels if meta.name == "svhn" else ds.targets
     return x.contiguous().to(torch.uint8), torch.as_tensor(np.asarray(labels), dtype=torch.int64)
+
+
+def _signal_arrays(meta: DatasetInfo, root: Path, download: bool) -> dict[str, torch.Tensor]:
+    from fed.data.signals import READERS, signal_arrays
+
+    try:
+        return signal_arrays(meta.name, root, download)
+    except (FileNotFoundError, ImportError) as err:
+        url = READERS[meta.name][1]
+        raise DatasetUnavailableError(
+            f"dataset {meta.name!r} is not under {root.resolve()}"
+            + (" and could not be downloaded" if download else " (download: false)")
+            + f" ({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. download "
+            f"{url} on a machine with internet and extract it there — then rerun."
+        ) from err
 
 
 def import_debian_fashion_mnist(root: Path, source: Path = DEBIAN_FASHION_MNIST) -> bool:

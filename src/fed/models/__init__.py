@@ -1,13 +1,15 @@
-"""Model registry: ``build_model(name, in_channels, num_classes, image_size)``; every model is a
+"""Model registry: ``build_model(name, in_channels, num_classes, image_size, width)``; every model is a
 :class:`~fed.models.base.SplitModel` (``features`` / ``head``, cut at ``cut_layer``)."""
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Callable
 from functools import partial
 
 from fed.models.base import SplitModel
 from fed.models.cnn import DAFLCNN, FedZDACifarCNN, FedZDAMnistCNN
+from fed.models.flea_nets import AudioNet, HARNet
 from fed.models.mobilenet import MobileNetV2
 from fed.models.resnet import resnet
 from fed.models.vae import cifar_cnn as dpms_cifar_cnn
@@ -23,13 +25,18 @@ MODELS: dict[str, Callable[..., SplitModel]] = {
     "resnet34": partial(resnet, 34),
     "mobilenetv2": MobileNetV2,  # cut at the pooled 1280-d penultimate layer
     "mobilenetv2_flea": partial(MobileNetV2, cut=1),  # FLea: activations of the first inverted-residual block
+    "audionet": AudioNet,  # FLea's UrbanSound8K net (4 conv blocks + FC), cut after block 1; any image input
+    "harnet": HARNet,  # FLea's UCI-HAR net (4 temporal conv blocks + FC), cut after block 1
 }
 
 
-def build_model(name: str, in_channels: int, num_classes: int, image_size: int) -> SplitModel:
+def build_model(name: str, in_channels: int, num_classes: int, image_size: int, width: int | None = None) -> SplitModel:
+    """``image_size`` is the input's height; ``width`` (default: the height) reaches the models whose size depends on
+    it (HARNet's 128×3 windows)."""
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; valid choices: {sorted(MODELS)}")
-    return MODELS[name](in_channels=in_channels, num_classes=num_classes, image_size=image_size)
+    kwargs = {"width": width or image_size} if "width" in inspect.signature(MODELS[name]).parameters else {}
+    return MODELS[name](in_channels=in_channels, num_classes=num_classes, image_size=image_size, **kwargs)
 
 
 __all__ = ["MODELS", "SplitModel", "build_model"]

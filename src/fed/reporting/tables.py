@@ -91,23 +91,36 @@ def build_table(
     select_by: str = "local_acc_mean",
     not_comparable: str = "",
     tolerance: Tolerance = DEFAULT_TOLERANCE,
+    paper_dataset: dict[str, str] | None = None,
+    paper_where: dict[str, object] | None = None,
 ) -> pd.DataFrame:
     """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
     never averaged in. A swept method (``sweeps``: method → its variants) shows, per dataset and partition, the
     variant with the best mean ``select_by`` at the last round — by default the clients' held-out local test
     splits, never the external test set the table reports. Every row carries its verdict (``fed.reporting.verdicts``);
-    ``not_comparable`` says how the preset departs from the paper's protocol, if it does."""
+    ``not_comparable`` says how the preset departs from the paper's protocol, if it does. ``paper_where`` keeps the
+    published rows with those column values (FLea's Table 1 has a block per ``scarcity``); ``paper_dataset`` maps our
+    dataset to the paper's (a stand-in shows the number it stands in for, and its verdict says not comparable)."""
     sweeps = sweeps or {}
     chosen = select_variants(runs, sweeps, select_by)
-    ref = paper[paper["table"] == table].set_index(["dataset", "partition", "method", "metric"])
+    paper = paper[paper["table"] == table]
+    for column, value in (paper_where or {}).items():
+        if column not in paper.columns:
+            raise ValueError(f"paper_where: the published numbers of {table!r} have no column {column!r}")
+        paper = paper[paper[column].astype(str) == str(value)]
+    ref = paper.set_index(["dataset", "partition", "method", "metric"])
+    if not ref.index.is_unique:
+        dup = ref.index[ref.index.duplicated()].tolist()[:3]
+        raise ValueError(f"{table}: several published numbers per cell (e.g. {dup}); narrow them with paper_where")
     rows = []
     for dataset in datasets:
         for partition in partitions:
             for variant, paper_method in methods.items():
                 for metric in metrics:
-                    key = (dataset, partition, paper_method, metric)
+                    theirs = (paper_dataset or {}).get(dataset, dataset)
+                    key = (theirs, partition, paper_method, metric)
                     if key not in ref.index:  # one number for every partition (DA-FL's centralized training)
-                        key = (dataset, "", paper_method, metric)
+                        key = (theirs, "", paper_method, metric)
                     p_val, p_std = (ref.loc[key, "value"], ref.loc[key, "std"]) if key in ref.index else ("", "")
                     row = {
                         "dataset": dataset,
