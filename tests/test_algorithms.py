@@ -47,13 +47,14 @@ def test_fedprox_loss_is_ce_plus_proximal_term():
     assert build_algorithm("fedavg").local_loss(model, x, y, local, None).item() == pytest.approx(ce)
 
 
-def test_unknown_and_planned_algorithms_are_explained():
+def test_unknown_and_planned_algorithms_are_explained(monkeypatch):
+    monkeypatch.setattr("fed.algorithms.PLANNED", {"fedfuture"})
     with pytest.raises(
         ValueError, match="valid choices: \\['ccvr', 'centralized', 'dafl', 'fedavg', 'fedbr', 'feddata', 'feddecorr'"
     ):
         build_algorithm("fedsgd")
-    with pytest.raises(ValueError, match="'flea' \\(planned, not yet implemented\\)"):
-        build_algorithm("flea")
+    with pytest.raises(ValueError, match="'fedfuture' \\(planned, not yet implemented\\)"):
+        build_algorithm("fedfuture")
     with pytest.raises(ValueError, match="q must be >= 0"):
         build_algorithm("qffl", q=-1)
 

@@ -1,0 +1,201 @@
+"""FLea (Xia et al., KDD 2024): feature mixup, distance correlation, distillation, and the feature buffer's content,
+size and age; FLea's models and the per-round learning-rate decay."""
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from fed.algorithms import LocalContext, build_algorithm
+from fed.algorithms.flea import distillation, feature_mixup
+from fed.config import FLConfig
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import make_partition
+from fed.engine import Engine
+from fed.losses import distance_correlation
+from fed.models import build_model
+
+CFG = FLConfig(
+    num_clients=8,
+    fraction=0.25,
+    rounds=3,
+    local_epochs=1,
+    batch_size=16,
+    lr=1e-3,
+    optimizer="adam",
+    lr_decay=0.98,
+    lr_min=1e-5,
+    aggregation="weighted",
+    local_test_fraction=0.0,
+    model="audionet",
+    checkpoint_every=1,
+)
+
+
+def reference_dcor(x: np.ndarray, f: np.ndarray) -> float:
+    """Székely, Rizzo & Bakirov (2007), Definition 4, by the loops of its formulas (V-statistics)."""
+    n = len(x)
+
+    def centred(z):
+        d = np.array([[np.linalg.norm(z[i] - z[j]) for j in range(n)] for i in range(n)])
+        return d - d.mean(0)[None, :] - d.mean(1)[:, None] + d.mean()
+
+    a, b = centred(x.reshape(n, -1)), centred(f.reshape(n, -1))
+    v2xy, v2x, v2y = (a * b).mean(), (a * a).mean(), (b * b).mean()
+    return math.sqrt(v2xy / math.sqrt(v2x * v2y))
+
+
+def test_distance_correlation_matches_the_definition_and_its_known_cases():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(40, 3, 4, 4, generator=g)
+    f = torch.tanh(x.flatten(1)[:, :7] ** 2) + 0.1 * torch.randn(40, 7, generator=g)  # nonlinear, dependent
+    r = float(distance_correlation(x, f))
+    assert r == pytest.approx(reference_dcor(x.numpy(), f.numpy()), abs=1e-5)
+    assert float(distance_correlation(x, f, squared=True)) == pytest.approx(r**2, abs=1e-5)
+    # a similarity transform (rotation, scaling, shift) of x: exactly 1
+    q, _ = torch.linalg.qr(torch.randn(48, 48, generator=g))
+    assert float(distance_correlation(x, 3.0 * x.flatten(1) @ q + 5.0)) == pytest.approx(1.0, abs=1e-5)
+    # independent samples: R → 0 as n grows (V-statistic bias ~ n^-1/2)
+    big_x, big_f = torch.randn(2000, 5, generator=g), torch.randn(2000, 5, generator=g)
+    assert float(distance_correlation(big_x, big_f)) < 0.1
+    assert float(distance_correlation(x, f)) > 0.5
+    # differentiable, also with a repeated row (zero distances)
+    feats = torch.cat([f[:5], f[:1]]).requires_grad_(True)
+    distance_correlation(torch.cat([x[:5], x[:1]]), feats).backward()
+    assert torch.isfinite(feats.grad).all() and feats.grad.abs().sum() > 0
+
+
+def test_feature_mixup_is_the_convex_combination_with_the_drawn_weights():
+    g = torch.Generator().manual_seed(1)
+    f, f_buf = torch.randn(6, 2, 3, 3, generator=g), torch.randn(6, 2, 3, 3, generator=g)
+    y, y_buf = F.one_hot(torch.arange(6) % 4, 4).float(), F.one_hot(torch.arange(6).flip(0) % 4, 4).float()
+    beta = torch.tensor([0.0, 1.0, 0.3, 0.5, 0.9, 0.25])
+    f_mix, y_mix = feature_mixup(f, y, f_buf, y_buf, beta)
+    for i, b in enumerate(beta.tolist()):
+        assert torch.allclose(f_mix[i], b * f[i] + (1 - b) * f_buf[i])
+        assert torch.allclose(y_mix[i], b * y[i] + (1 - b) * y_buf[i])
+    assert torch.allclose(y_mix.sum(1), torch.ones(6)) and (y_mix >= 0).all()  # still distributions
+    assert torch.equal(f_mix[0], f_buf[0]) and torch.equal(f_mix[1], f[1])
+
+
+def test_distillation_is_the_kl_divergence_in_the_stated_direction():
+    s, t = torch.tensor([[1.0, 0.0, -1.0]]), torch.tensor([[0.0, 2.0, 0.0]])
+    p_s, p_t = F.softmax(s, 1)[0], F.softmax(t, 1)[0]
+    kl_t_s = float((p_t * (p_t / p_s).log()).sum())
+    kl_s_t = float((p_s * (p_s / p_t).log()).sum())
+    assert float(distillation(s, t, 1.0, reverse=False)) == pytest.approx(kl_t_s, rel=1e-5)
+    assert float(distillation(s, t, 1.0, reverse=True)) == pytest.approx(kl_s_t, rel=1e-5)
+    assert float(distillation(s, s, 2.0, reverse=False)) == pytest.approx(0.0, abs=1e-7)
+
+
+@pytest.fixture(scope="module")
+def partition(synthetic_root):
+    return make_partition(load_labels("synthetic", synthetic_root), "label_quantity", CFG.num_clients, seed=0, k=3)
+
+
+def flea_engine(root, partition, rounds=3, **params):
+    return Engine(
+        FLConfig(**{**CFG.to_dict(), "rounds": rounds}),
+        build_algorithm("flea", **params),
+        load_dataset("synthetic", root, "train"),
+        load_dataset("synthetic", root, "test"),
+        partition,
+        0,
+        progress=None,
+    )
+
+
+def test_the_buffer_holds_features_of_the_previous_rounds_clients_only(synthetic_root, partition):
+    eng = flea_engine(synthetic_root, partition, rounds=2)
+    algo, ctx = eng.algorithm, eng.ctx
+    seen = {}
+    real_build = algo.build_buffer
+
+    def spy(c):
+        seen[c.round] = (list(algo._sources), real_build(c), {k: v.clone() for k, v in c.global_state.items()})
+        return seen[c.round][1]
+
+    algo.build_buffer = spy
+    eng.run()
+    sources1, none, _ = seen[1]
+    assert sources1 == [] and none is None  # round 1: empty buffer, no augmentation
+    sources, buf, theta2 = seen[2]
+    round1 = eng.history[0]
+    assert "flea_buffer_size" not in round1 and eng.history[1]["flea_buffer_size"] == len(buf.owner)
+    # age and membership: the clients of round 1, extracted after round 1's aggregation, and nobody else
+    assert buf.extracted_round == 1 and set(buf.owner.tolist()) == set(sources) and len(sources) == 2
+    # size: ⌈α·|D_k|⌉ shared samples per source client
+    sizes = {k: len(ctx.client_data(k)[1]) for k in sources}
+    assert len(buf.owner) == sum(math.ceil(0.1 * n) for n in sizes.values())
+    # content: θ(2)[:l] of the shared samples — features with their labels, never the samples
+    model = build_model("audionet", 1, 10, 28)
+    model.load_state_dict(theta2)
+    model.eval()
+    for k in sources:
+        x, y = ctx.client_data(k)
+        idx = algo.shared_indices(ctx, k)
+        rows = buf.owner == k
+        assert buf.features[rows].shape[1:] == (16, 7, 7) != x.shape[1:]  # block-1 activations, not 1×28×28 inputs
+        assert torch.equal(buf.labels[rows].argmax(1), y[idx])
+        with torch.no_grad():
+            assert torch.allclose(buf.features[rows], model.features(x[idx]), atol=1e-5)
+    assert ctx.ledger["features"] == len(buf.owner) and "raw_samples" not in ctx.ledger
+
+
+def test_exposure_round_one_loss_resume_and_bad_settings(synthetic_root, partition):
+    eng = flea_engine(synthetic_root, partition, rounds=3)
+    eng.run()
+    algo, ctx = eng.algorithm, eng.ctx
+    sampled = []
+    for r in (1, 2, 3):  # the clients each round sampled (the engine's stream)
+        ctx.round = r
+        sampled.append(ctx.sample_clients())
+    xi = np.zeros((CFG.num_clients, CFG.num_clients), bool)
+    for t in (1, 2):  # clients of round t shared with those of round t + 1; ξ is symmetric
+        for i in sampled[t - 1]:
+            for j in sampled[t]:
+                xi[i, j] = xi[j, i] = True
+        assert eng.history[t]["flea_exposure"] == pytest.approx(xi.sum() / CFG.num_clients**2)
+    assert eng.history[0]["flea_exposure"] == 0.0 and 0 < eng.history[2]["flea_dcor_shared"] <= 1
+    assert algo._sources == sampled[2]
+
+    # resume: the method state (sources, ξ) rebuilds the same buffer from the global model
+    again = build_algorithm("flea")
+    again.load_state_dict(algo.state_dict())
+    ctx.round = 4
+    a, b = algo.build_buffer(ctx), again.build_buffer(ctx)
+    assert torch.equal(a.features, b.features) and torch.equal(a.owner, b.owner) and a.extracted_round == 3
+
+    # round 1 (no buffer): CE on the local batch + λ2·dCor(x, θ[:l](x))
+    fresh = build_algorithm("flea", lambda_dcor=2.5)
+    model = ctx.new_model()
+    x, y = ctx.client_data(0)
+    x, y = x[:16], y[:16]
+    feats = model.features(x)
+    expected = F.cross_entropy(model.head(feats), y) + 2.5 * distance_correlation(x, feats)
+    assert fresh.local_loss(model, x, y, None, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
+
+    # a later round: Eq. 6 = CE(θ[l:](f̃), ỹ) + λ1·τ²KL(p_g ‖ p_l on buffer features) + λ2·dCor, with the drawn picks/β
+    fresh._buffer = buf = algo.build_buffer(ctx)
+    local = LocalContext(0, [], {"rng": np.random.default_rng(7)})
+    rng = np.random.default_rng(7)
+    pick = torch.as_tensor(rng.integers(len(buf.owner), size=16))
+    beta = torch.as_tensor(rng.beta(2.0, 2.0, size=16), dtype=torch.float32)
+    f_mix, y_mix = feature_mixup(feats, F.one_hot(y, 10).float(), buf.features[pick], buf.labels[pick], beta)
+    ce = -(y_mix * F.log_softmax(model.head(f_mix), 1)).sum(1).mean()
+    kd = distillation(model.head(buf.features[pick]), ctx.global_model().head(buf.features[pick]), 1.0, False)
+    expected = ce + 1.0 * kd + 2.5 * distance_correlation(x, feats)
+    assert fresh.local_loss(model, x, y, local, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
+
+    for bad in ({"share_fraction": 0}, {"beta_a": 0}, {"kd": "logits"}, {"dcor": "cubed"}, {"lambda_dis": -1}):
+        with pytest.raises(ValueError, match="flea"):
+            build_algorithm("flea", **bad)
+
+
+def test_learning_rate_decays_per_round_to_its_floor(synthetic_root, partition):
+    ctx = flea_engine(synthetic_root, partition).ctx
+    for r, lr in ((1, 1e-3), (2, 0.98e-3), (11, 1e-3 * 0.98**10), (400, 1e-5)):
+        ctx.round = r
+        assert ctx.round_lr() == pytest.approx(lr) and ctx.sgd_settings().lr == pytest.approx(lr)
