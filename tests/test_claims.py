@@ -2,7 +2,16 @@
 
 import pandas as pd
 
-from fed.reporting.claims import CONTRADICTED, INCONCLUSIVE, NOT_RUN, SUPPORTED, best_method, claims_table, trend
+from fed.reporting.claims import (
+    CONTRADICTED,
+    INCONCLUSIVE,
+    NOT_RUN,
+    SUPPORTED,
+    best_method,
+    claims_table,
+    margin_count,
+    trend,
+)
 
 
 def table(rows):
@@ -148,3 +157,27 @@ def test_gap_trend_pairs_seeds_and_picks_the_best_rival_at_each_end():
     widening = fig([(0.1, "feddpms", 60.5), (0.1, "fedavg", 60.0), (0.5, "feddpms", 90.0), (0.5, "fedavg", 85.0)])
     assert gap_trend(widening, claim)["verdict"] == CONTRADICTED
     assert gap_trend(fig([(0.1, "feddpms", 70.0), (0.1, "fedavg", 60.0)]), claim)["verdict"] == NOT_RUN
+
+
+def test_margin_count_counts_cells_beyond_a_relative_margin_across_tables():
+    flea = {"metric": "local_acc_mean", "methods": ["flea"], "exclude": ["feddata"], "margin": 0.05, "fraction": 0.72}
+
+    def block(gains):  # one cell per gain: flea = fedavg·(1 + gain), 5 seeds, std 0.2; feddata is never a rival
+        rows = []
+        for i, g in enumerate(gains):
+            rows += [(f"p{i}", "fedavg", 40.0, 0.2, 5), (f"p{i}", "flea", 40.0 * (1 + g), 0.2, 5)]
+            rows += [(f"p{i}", "feddata", 99.0, 0.2, 5)]
+        return table(rows)
+
+    ok = block([0.10] * 13 + [0.0] * 5)  # 13 of 18 cells clearly above +5 %
+    result = margin_count(ok, flea)
+    assert result["verdict"] == SUPPORTED and result["evidence"].startswith("13 of 18 cells significantly above +5%")
+    assert margin_count(block([0.10] * 12 + [0.0] * 6), flea)["verdict"] == CONTRADICTED  # 6 clearly below: ≤ 12
+    assert margin_count(block([0.10] * 12 + [0.05] * 6), flea)["verdict"] == INCONCLUSIVE  # at the margin: untested
+    assert margin_count(block([0.10] * 2), flea | {"methods": ["nobody"]})["verdict"] == NOT_RUN
+
+    # several tables read together: the same (dataset, partition) in two scarcity blocks are two cells
+    claims = {"c": {**flea, "kind": "margin_count", "statement": "s", "source": ["d100", "d50"]}}
+    out = claims_table(claims, {"d100": block([0.10] * 3), "d50": block([0.10] * 3)}, {"d50": "quick"})
+    assert out.verdict[0] == SUPPORTED and "6 of 6 cells" in out.evidence[0] and "(d50)" in out.evidence[0]
+    assert out.setting[0] == "not comparable (quick)"

@@ -25,7 +25,14 @@ def checked(mutate):
 
 
 def test_shipped_configs_are_valid(monkeypatch):
-    for overlay in ["config/quick.yaml", "config/smoke.yaml", "config/fmnist.yaml", "config/dafl_quick.yaml"]:
+    for overlay in [
+        "config/quick.yaml",
+        "config/smoke.yaml",
+        "config/fmnist.yaml",
+        "config/dafl_quick.yaml",
+        "config/feddpms_quick.yaml",
+        "config/flea_quick.yaml",
+    ]:
         cfg = yaml.safe_load((REPO / "config.yaml").read_text())
         update_config(cfg, yaml.safe_load((REPO / overlay).read_text()))  # as snakemake --configfile does
         cfg = with_papers(cfg, REPO / "config/papers")  # then the workflow merges the papers under it
@@ -167,7 +174,8 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     from fed.config import with_papers
 
-    with pytest.raises(ValueError, match="unknown paper 'fedzdaa'; valid choices: \\['dafl', 'feddpms', 'fedzda'\\]"):
+    choices = "\\['dafl', 'feddpms', 'fedzda', 'flea'\\]"
+    with pytest.raises(ValueError, match=f"unknown paper 'fedzdaa'; valid choices: {choices}"):
         with_papers(cfg | {"papers": ["fedzdaa"]}, REPO / "config/papers")
     full = with_papers(cfg, REPO / "config/papers")
     full["tables"]["fedzda_table1"]["metrics"] = ["global_accuracy"]

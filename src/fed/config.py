@@ -66,10 +66,7 @@ class FLConfig:
             missing.insert(0, "num_clients (or avg_client_size)")
         if missing:
             raise ValueError(f"{name}: the protocol must be stated; missing {missing}")
-        if isinstance(values["model"], dict):
-            if dataset not in values["model"]:
-                raise ValueError(f"{name} has no model for dataset {dataset!r} (models: {values['model']})")
-            values["model"] = values["model"][dataset]
+        values = for_dataset(values, dataset, name)
         for key, value in values.items():
             expected = _TYPES[fields[key].type]
             if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
@@ -78,6 +75,20 @@ class FLConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+
+PER_DATASET = ("model", "num_clients")  # preset keys that may map dataset -> value (FLea: |K| per dataset)
+
+
+def for_dataset(preset: dict[str, Any], dataset: str, name: str = "preset") -> dict[str, Any]:
+    """The preset with every per-dataset mapping (``PER_DATASET`` keys) resolved for ``dataset``."""
+    out = dict(preset)
+    for key in PER_DATASET:
+        if isinstance(out.get(key), dict):
+            if dataset not in out[key]:
+                raise ValueError(f"{name} has no {key} for dataset {dataset!r} ({key}: {out[key]})")
+            out[key] = out[key][dataset]
+    return out
 
 
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None))}

@@ -11,11 +11,12 @@ from typing import Any
 import numpy as np
 
 from fed.algorithms import ALGORITHMS, PLANNED
-from fed.config import FLConfig, MethodSpec, resolve_preset, sweep_variants
+from fed.config import FLConfig, MethodSpec, for_dataset, resolve_preset, sweep_variants
 from fed.data import DATASETS, PARTITIONS
 from fed.data.partition import make_partition
 from fed.metrics import METRICS
 from fed.models import MODELS
+from fed.reporting.claims import claim_sources
 from fed.reporting.figure_kinds import FIGURE_KINDS, key_errors
 from fed.reporting.tables import published_papers
 
@@ -82,18 +83,21 @@ def check_config(config: dict[str, Any]) -> list[str]:
     for fname, fig in config.get("figures", {}).items():
         errors += figure_errors(fname, fig, config)
     for cname, claim in config.get("claims", {}).items():
-        source = config.get("tables", {}).get(claim["source"]) or config.get("figures", {}).get(claim["source"])
-        if source is None:
-            errors.append(
-                f"claim {cname!r}: unknown source {claim['source']!r}; tables and figures: "
-                f"{sorted([*config.get('tables', {}), *config.get('figures', {})])}"
-            )
-        elif source["paper"] != claim["paper"]:
-            errors.append(f"claim {cname!r} of {claim['paper']!r} reads {claim['source']!r} of {source['paper']!r}")
-        elif claim["kind"] in ("trend", "correlation") and "x" not in claim:
+        for name in claim_sources(claim):
+            source = config.get("tables", {}).get(name) or config.get("figures", {}).get(name)
+            if source is None:
+                errors.append(
+                    f"claim {cname!r}: unknown source {name!r}; tables and figures: "
+                    f"{sorted([*config.get('tables', {}), *config.get('figures', {})])}"
+                )
+            elif source["paper"] != claim["paper"]:
+                errors.append(f"claim {cname!r} of {claim['paper']!r} reads {name!r} of {source['paper']!r}")
+        if claim["kind"] in ("trend", "correlation") and "x" not in claim:
             errors.append(f"claim {cname!r}: a {claim['kind']} needs `x` (the column it goes with)")
-        elif claim["kind"] == "best_method" and not claim.get("methods"):
-            errors.append(f"claim {cname!r}: best_method needs `methods` (the candidates)")
+        elif claim["kind"] in ("best_method", "margin_count") and not claim.get("methods"):
+            errors.append(f"claim {cname!r}: {claim['kind']} needs `methods` (the candidates)")
+        elif claim["kind"] == "margin_count" and not {"margin", "fraction"} <= set(claim):
+            errors.append(f"claim {cname!r}: margin_count needs `margin` and `fraction`")
     if not errors:
         errors += partition_errors(config)
     if errors:
@@ -171,7 +175,11 @@ def partition_errors(config: dict[str, Any]) -> list[str]:
         combos |= {(preset, d, p) for preset, d, p, _, _ in kind.stages(fig, config["methods"])}
     errors = []
     for preset_name, dataset, partition in sorted(combos):
-        preset = resolve_preset(config["presets"], preset_name)
+        try:
+            preset = for_dataset(resolve_preset(config["presets"], preset_name), dataset, preset_name)
+        except ValueError as err:
+            errors.append(str(err))
+            continue
         meta = DATASETS[dataset]
         n = meta.n_train or config.get("synthetic", {}).get("n_train", 2000)
         labels = np.arange(n) % meta.num_classes

@@ -12,6 +12,7 @@ sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
 from fed.algorithms import ALGORITHMS, build_algorithm
+from fed.reporting.claims import claim_sources as claim_source_names
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
 from fed.config import MethodSpec, resolve_preset, sweep_variants, with_papers
 from fed.stages import Stage
@@ -286,7 +287,12 @@ CLAIM_PAPERS = {c["paper"] for c in config["claims"].values()}
 
 def claim_sources(paper):
     """{source name: CSV path} of the tables and figures a paper's claims read."""
-    names = {c["source"] for c in config["claims"].values() if c["paper"] == paper}
+    names = {
+        s
+        for c in config["claims"].values()
+        if c["paper"] == paper
+        for s in claim_source_names(c)
+    }
     paths = {}
     for name in sorted(names):
         if name in config["tables"]:

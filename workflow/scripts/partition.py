@@ -7,11 +7,12 @@ sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout
 import json
 from pathlib import Path
 
+from fed.config import for_dataset
 from fed.data.datasets import load_labels
 from fed.data.partition import make_partition
 
 spec = dict(snakemake.params.spec)
-preset = snakemake.params.preset
+preset = for_dataset(snakemake.params.preset, snakemake.wildcards.dataset)
 part = make_partition(
     load_labels(snakemake.wildcards.dataset, Path(snakemake.input[0]).parents[1]),  # <root>/<dataset>/tensors.pt
     spec.pop("scheme"),

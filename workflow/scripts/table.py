@@ -25,9 +25,12 @@ table = build_table(
     not_comparable=preset.get("reduction", ""),
     tolerance=tolerance,
     paper_dataset=exp.get("paper_dataset"),
+    paper_partition=exp.get("paper_partition"),
     paper_where=exp.get("paper_where"),
 )
 clients = preset.get("num_clients") or f"|D_k| ≈ {preset['avg_client_size']}"
+if isinstance(clients, dict):  # per dataset
+    clients = ", ".join(f"{n} ({d})" for d, n in clients.items() if d in exp["datasets"])
 
 caption = (
     f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "

@@ -52,9 +52,10 @@ class FedGen(Algorithm):
         generator_steps: int = 50,
         generator_lr: float = 1e-3,
         batch: int = 32,
+        start_round: int = 1,
     ):
         self.alpha, self.noise_dim, self.generator_steps = alpha, noise_dim, generator_steps
-        self.generator_lr, self.batch = generator_lr, batch
+        self.generator_lr, self.batch, self.start_round = generator_lr, batch, start_round
         self._trained = False
 
     def setup(self, ctx):
@@ -88,6 +89,8 @@ class FedGen(Algorithm):
         return loss + self.alpha * F.cross_entropy(model.head(h), y_gen)
 
     def server_update(self, ctx, model, results):
+        if ctx.round < self.start_round - 1:  # FedAvg until then (FLea's FedGen: 30 rounds); trained for start_round
+            return
         heads = []  # the received client models, frozen (their heads score the generated features)
         for r in results:
             head = ctx.new_model().eval().requires_grad_(False)

@@ -21,6 +21,12 @@ bound such as centralized training is not a rival).
 - ``correlation``: in a figure's CSV, ``metric`` rises with ``x`` across its rows (e.g. Fig. 3's classes): Spearman's
   rank correlation per dataset, one-sided; supported when significantly positive, contradicted when
   significantly negative.
+- ``margin_count``: the best of ``methods`` beats the best other method by more than ``margin`` (relative, e.g. 0.05
+  for "> 5 %") in at least a ``fraction`` of the (dataset, partition) cells (FLea: 13 of 18). Per cell, Welch's t of
+  candidate against (1 + margin) × rival; supported when the significant cells reach the fraction, contradicted
+  when the cells significantly below the margin leave too few to reach it.
+
+``source`` may name several tables (a list): their rows are read together (FLea's Table 1 is six of ours).
 """
 
 from __future__ import annotations
@@ -45,12 +51,20 @@ def better(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int, higher:
     return float(stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False, alternative=alternative).pvalue)
 
 
+def _cells(rows: pd.DataFrame):
+    """(label, rows) per table cell: (dataset, partition), and the source table when several are read together
+    (FLea's two scarcity blocks share datasets and partitions)."""
+    keys = ["source", "dataset", "partition"] if "source" in rows.columns else ["dataset", "partition"]
+    for key, g in rows.groupby(keys, sort=False):
+        yield "/".join(map(str, key[-2:])) + (f" ({key[0]})" if len(key) == 3 else ""), g
+
+
 def best_method(table: pd.DataFrame, claim: dict) -> dict:
     higher = claim.get("higher_is_better", True)
     rows = _select(table[table.metric == claim["metric"]], claim)
     rows = rows[~rows.method.isin(claim.get("exclude", []))]
     evidence, outcomes = [], []
-    for (dataset, partition), g in rows.groupby(["dataset", "partition"], sort=False):
+    for cell, g in _cells(rows):
         g = g[g.seeds > 0]
         cand, other = g[g.method.isin(claim["methods"])], g[~g.method.isin(claim["methods"])]
         if cand.empty or other.empty:
@@ -61,8 +75,7 @@ def best_method(table: pd.DataFrame, claim: dict) -> dict:
         p_lose = better(rival.ours_mean, rival.ours_std, rival.seeds, best.ours_mean, best.ours_std, best.seeds, higher)
         outcomes.append(SUPPORTED if p_win < ALPHA else CONTRADICTED if p_lose < ALPHA else INCONCLUSIVE)
         evidence.append(
-            f"{dataset}/{partition}: {best.method} {best.ours_mean:.2f} vs {rival.method} "
-            f"{rival.ours_mean:.2f} (p={p_win:.3g})"
+            f"{cell}: {best.method} {best.ours_mean:.2f} vs {rival.method} {rival.ours_mean:.2f} (p={p_win:.3g})"
         )
     return _combine(outcomes, evidence)
 
@@ -169,6 +182,35 @@ def correlation(df: pd.DataFrame, claim: dict) -> dict:
     return _combine(outcomes, evidence)
 
 
+def margin_count(table: pd.DataFrame, claim: dict) -> dict:
+    margin, need = claim["margin"], claim["fraction"]
+    rows = _select(table[table.metric == claim["metric"]], claim)
+    rows = rows[~rows.method.isin(claim.get("exclude", []))]
+    above = below = cells = 0
+    evidence = []
+    for cell, g in _cells(rows):
+        g = g[g.seeds > 0]
+        cand, other = g[g.method.isin(claim["methods"])], g[~g.method.isin(claim["methods"])]
+        if cand.empty or other.empty:
+            continue
+        cells += 1
+        best, rival = cand.loc[cand.ours_mean.idxmax()], other.loc[other.ours_mean.idxmax()]
+        bar_m, bar_s = (1 + margin) * rival.ours_mean, (1 + margin) * rival.ours_std
+        p_up = better(best.ours_mean, best.ours_std, best.seeds, bar_m, bar_s, rival.seeds)
+        p_down = better(bar_m, bar_s, rival.seeds, best.ours_mean, best.ours_std, best.seeds)
+        above, below = above + (p_up < ALPHA), below + (p_down < ALPHA)
+        gain = best.ours_mean / rival.ours_mean - 1 if rival.ours_mean else math.nan
+        evidence.append(f"{cell}: {best.method} {gain:+.1%} over {rival.method} (p={p_up:.3g})")
+    if not cells:
+        return {"verdict": NOT_RUN, "evidence": ""}
+    required = math.ceil(need * cells - 1e-9)
+    verdict = SUPPORTED if above >= required else CONTRADICTED if cells - below < required else INCONCLUSIVE
+    head = (
+        f"{above} of {cells} cells significantly above +{margin:.0%} (needed: {required}); {below} significantly below"
+    )
+    return {"verdict": verdict, "evidence": "; ".join([head, *evidence])}
+
+
 def _combine(outcomes: list[str], evidence: list[str]) -> dict:
     if not outcomes:
         verdict = NOT_RUN
@@ -187,6 +229,7 @@ KINDS = {
     "no_gain": no_gain,
     "gap_trend": gap_trend,
     "correlation": correlation,
+    "margin_count": margin_count,
 }
 
 
@@ -198,8 +241,10 @@ def claims_table(
     protocol (then the claim is about our reduced setting, and the row says so)."""
     rows = []
     for name, claim in claims.items():
-        result = KINDS[claim["kind"]](frames[claim["source"]], claim)
-        note = not_comparable.get(claim["source"], "")
+        sources = claim_sources(claim)
+        frame = pd.concat([frames[s].assign(source=s) for s in sources], ignore_index=True)
+        result = KINDS[claim["kind"]](frame if len(sources) > 1 else frames[sources[0]], claim)
+        note = "; ".join(dict.fromkeys(n for s in sources if (n := not_comparable.get(s, ""))))
         rows.append(
             {
                 "claim": name,
@@ -213,10 +258,17 @@ def claims_table(
     return pd.DataFrame(rows)
 
 
+def claim_sources(claim: dict) -> list[str]:
+    """The table or figure names a claim reads (``source``: one name or a list)."""
+    return [claim["source"]] if isinstance(claim["source"], str) else list(claim["source"])
+
+
 TESTS = {
     "best_method": "best candidate vs best other method per dataset/partition, Welch's t one-sided, α = 0.05",
     "trend": "metric at the smallest vs the largest x, Welch's t one-sided, α = 0.05",
     "no_gain": "gain from the smallest to the largest x against the margin, Welch's t one-sided, α = 0.05",
     "gap_trend": "per-seed gap to the best other method, smallest vs largest x, Welch's t one-sided, α = 0.05",
     "correlation": "Spearman rank correlation of metric with x across rows, one-sided, α = 0.05",
+    "margin_count": "best candidate vs (1 + margin) × best other method per cell, Welch's t one-sided, α = 0.05; "
+    "count of significant cells against the stated fraction",
 }

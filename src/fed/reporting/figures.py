@@ -104,16 +104,23 @@ def tile(images, nrow: int = 4) -> np.ndarray:
     return grid.permute(1, 2, 0).numpy()
 
 
-def plot_accuracy_curves(df, out: str | Path, title: str) -> None:
-    """DA-FL Fig. 4 / 6: global accuracy per round, mean ± std over seeds, one panel per (dataset, partition).
-    ``df``: dataset, partition, method, seed, round, global_acc, diverged (diverged seeds are left out)."""
+METRIC_LABELS = {
+    "global_acc": "global test accuracy (%)",
+    "flea_exposure": "feature exposure ε(t)",
+    "flea_dcor_shared": "distance correlation ρ (shared features)",
+}
+
+
+def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_acc") -> None:
+    """DA-FL Fig. 4 / 6, FLea Fig. 6 / 9: ``metric`` per round, mean ± std over seeds, one panel per (dataset,
+    partition). ``df``: dataset, partition, method, seed, round, metric, diverged (diverged seeds are left out)."""
     df = df[~df.diverged.astype(bool)]
     panels = list(dict.fromkeys(zip(df.dataset, df.partition)))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (dataset, partition) in zip(axes[0], panels):
         g = df[(df.dataset == dataset) & (df.partition == partition)]
         for method, m in g.groupby("method", sort=False):
-            stats = m.groupby("round")["global_acc"].agg(["mean", "std"]).reset_index()
+            stats = m.groupby("round")[metric].agg(["mean", "std"]).reset_index()
             ax.plot(stats["round"], stats["mean"], label=method, lw=1.2)
             ax.fill_between(
                 stats["round"],
@@ -121,7 +128,7 @@ def plot_accuracy_curves(df, out: str | Path, title: str) -> None:
                 stats["mean"] + stats["std"].fillna(0),
                 alpha=0.2,
             )
-        ax.set(title=f"{dataset}, {partition}", xlabel="communication round", ylabel="global test accuracy (%)")
+        ax.set(title=f"{dataset}, {partition}", xlabel="communication round", ylabel=METRIC_LABELS.get(metric, metric))
         ax.legend(fontsize=7)
     _title(fig, title)
     _save(fig, out)

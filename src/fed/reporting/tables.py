@@ -92,6 +92,7 @@ def build_table(
     not_comparable: str = "",
     tolerance: Tolerance = DEFAULT_TOLERANCE,
     paper_dataset: dict[str, str] | None = None,
+    paper_partition: dict[str, str] | None = None,
     paper_where: dict[str, object] | None = None,
 ) -> pd.DataFrame:
     """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
@@ -100,7 +101,8 @@ def build_table(
     splits, never the external test set the table reports. Every row carries its verdict (``fed.reporting.verdicts``);
     ``not_comparable`` says how the preset departs from the paper's protocol, if it does. ``paper_where`` keeps the
     published rows with those column values (FLea's Table 1 has a block per ``scarcity``); ``paper_dataset`` maps our
-    dataset to the paper's (a stand-in shows the number it stands in for, and its verdict says not comparable)."""
+    dataset to the paper's (a stand-in shows the number it stands in for, and its verdict says not comparable),
+    ``paper_partition`` our partition name to the paper's."""
     sweeps = sweeps or {}
     chosen = select_variants(runs, sweeps, select_by)
     paper = paper[paper["table"] == table]
@@ -118,7 +120,7 @@ def build_table(
             for variant, paper_method in methods.items():
                 for metric in metrics:
                     theirs = (paper_dataset or {}).get(dataset, dataset)
-                    key = (theirs, partition, paper_method, metric)
+                    key = (theirs, (paper_partition or {}).get(partition, partition), paper_method, metric)
                     if key not in ref.index:  # one number for every partition (DA-FL's centralized training)
                         key = (theirs, "", paper_method, metric)
                     p_val, p_std = (ref.loc[key, "value"], ref.loc[key, "std"]) if key in ref.index else ("", "")
