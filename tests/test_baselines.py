@@ -8,6 +8,7 @@ import pytest
 import torch
 from torch import nn
 
+from fed.algorithms import build_algorithm
 from fed.algorithms.base import LocalContext
 from fed.algorithms.ccvr import class_statistics, combine_statistics
 from fed.algorithms.fedbr import FedBR, adversarial_step
@@ -175,3 +176,11 @@ def test_soft_cross_entropy_of_one_hot_is_cross_entropy():
     assert soft_cross_entropy(logits, nn.functional.one_hot(y, 3).float()).item() == pytest.approx(
         nn.functional.cross_entropy(logits, y).item()
     )
+
+
+def test_fedgen_is_fedavg_before_its_start_round():
+    fedgen = build_algorithm("fedgen", start_round=31)
+    fedgen._trained = False
+    ctx = SimpleNamespace(round=29, round_metrics={})
+    fedgen.server_update(ctx, None, [])  # round 29: no generator step (it would need the clients' models)
+    assert not fedgen._trained and ctx.round_metrics == {}

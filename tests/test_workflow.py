@@ -35,8 +35,10 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # FedDPMS: 5 methods x 5 beta x 3 datasets x 3 seeds; the preliminary-rounds ablation adds P = 5 and 10 (FMNIST
     # beta = 0.1, 3 seeds; P = 20 is the table's cell)
     feddpms = 5 * 5 * 3 * 3 + 2 * 3
-    assert counts["train"] == fedzda + dafl + feddpms
-    assert counts["table"] == 2 + 4 + 4 and counts["figure"] == 3 + 4 + 5
+    # FLea Table 1: 3 datasets x 2 scarcity blocks x 3 partitions x 11 methods x 5 seeds; Figs. 6 and 9 read its cells
+    flea = 3 * 2 * 3 * 11 * 5
+    assert counts["train"] == fedzda + dafl + feddpms + flea
+    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
@@ -45,8 +47,21 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # FedDPMS' Stage I once per (dataset, partition, seed, P), shared by every noise level: 3 datasets x 5 beta x 3
     # seeds at P = 20, and P = 5, 10 on FMNIST beta = 0.1
     feddpms_stages = 3 * 5 * 3 + 2 * 3
-    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2 + (10 + 4) * 3 + feddpms_stages
-    assert counts["prepare_data"] == 5 and counts["mlflow_init"] == 3
+    # FLea: FedProx's mu and FedLC's tau chosen on held-out client data per (block, dataset, partition), on seed 0
+    flea_stages = 2 * 3 * 2 * 3
+    assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2 + (10 + 4) * 3 + feddpms_stages + flea_stages
+    assert counts["prepare_data"] == 7 and counts["mlflow_init"] == 4  # + UrbanSound8K, UCI-HAR; + FLea
+
+
+def test_flea_quick_config_dry_run(tmp_path):
+    quick = ("--configfile", str(REPO / "config/flea_quick.yaml"))
+    out = snakemake(tmp_path, "-n", *quick).stdout
+    counts = job_counts(out)
+    # Table 1's CIFAR-10 columns on the Fashion-MNIST stand-in: 2 blocks x 3 partitions x 10 methods (no FedData) x 2
+    # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6 and 9(a, b) read table cells
+    assert counts["train"] == 2 * 3 * 10 * 2 and counts["stage"] == 2 * 2 * 3
+    assert counts["table"] == 2 and counts["figure"] == 3 and counts["claims"] == 1 and counts["prepare_data"] == 1
+    assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "cifar10" not in out
 
 
 def test_dafl_quick_config_dry_run(tmp_path):
@@ -117,6 +132,30 @@ def test_smoke_run_dafl_end_to_end(smoke_run):
     assert "raw_samples" not in ledger
     inf_cell = tmp_path / "results/runs/smoke_dafl/synthetic/1-label/dafl_gamma0.01_epsinf/seed0/metrics.json"
     assert json.loads(inf_cell.read_text())["shared"]["epsilon_gan"] == "inf"
+
+
+@pytest.mark.slow
+def test_smoke_run_flea_end_to_end(smoke_run):
+    """FLea through Snakemake: the buffer's ledger and history, a stand-in table beside the CIFAR-10 numbers it stands
+    in for (every verdict not comparable), the exposure figure and the claims over several tables."""
+    tmp_path, _ = smoke_run
+    table = pd.read_csv(tmp_path / "reports/tables/flea/table1_cifar10_d100.csv")
+    assert sorted(set(table.method)) == ["fedavg", "flea"] and set(table.partition) == {"qua3", "flea_dir0.5"}
+    assert table.verdict.str.startswith("not comparable (smoke config").all()
+    fedavg_qua3 = table[(table.method == "fedavg") & (table.partition == "qua3")].iloc[0]
+    assert fedavg_qua3.paper_value == 30.25 and fedavg_qua3.seeds == 2  # CIFAR-10, |D_k| = 100 block
+    cell = json.loads((tmp_path / "results/runs/smoke_flea/synthetic/qua3/flea/seed0/metrics.json").read_text())
+    assert cell["shared"]["features"] > 0 and "raw_samples" not in cell["shared"]
+    rows = cell["history"]
+    assert "flea_buffer_size" not in rows[0] and rows[1]["flea_buffer_size"] > 0  # round 1 has no buffer
+    exposure = pd.read_csv(tmp_path / "reports/figures/flea/fig9a_exposure.csv")
+    assert sorted(exposure["round"].unique()) == [1, 2, 3]
+    assert (exposure.sort_values("round").groupby("seed").flea_exposure.diff().dropna() >= 0).all()  # ξ only grows
+    dcor = pd.read_csv(tmp_path / "reports/figures/flea/fig9b_dcor.csv")
+    assert dcor.flea_dcor_shared.between(0, 1).all() and sorted(dcor["round"]) == [2, 3]
+    claims = pd.read_csv(tmp_path / "reports/tables/flea/claims.csv")
+    assert list(claims.claim) == ["flea_beats_best_baseline", "flea_best_everywhere"]
+    assert claims.setting.str.startswith("not comparable").all()
 
 
 @pytest.mark.slow
