@@ -199,3 +199,18 @@ def test_learning_rate_decays_per_round_to_its_floor(synthetic_root, partition):
     for r, lr in ((1, 1e-3), (2, 0.98e-3), (11, 1e-3 * 0.98**10), (400, 1e-5)):
         ctx.round = r
         assert ctx.round_lr() == pytest.approx(lr) and ctx.sgd_settings().lr == pytest.approx(lr)
+
+
+def test_ccvr_calibrates_a_head_that_starts_at_an_intermediate_cut(synthetic_root, partition):
+    """FLea's models cut after block 1: CCVR's virtual features are feature maps, not vectors."""
+    eng = Engine(
+        FLConfig(**{**CFG.to_dict(), "rounds": 1, "optimizer": "sgd", "lr": 0.01}),
+        build_algorithm("ccvr", virtual_per_class=4, epochs=1),
+        load_dataset("synthetic", synthetic_root, "train"),
+        load_dataset("synthetic", synthetic_root, "test"),
+        partition,
+        0,
+        progress=None,
+    )
+    eng.run()
+    assert math.isfinite(eng.history[0]["ccvr_loss"]) and eng.ctx.ledger["class_feature_statistics"] > 0

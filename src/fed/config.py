@@ -183,6 +183,6 @@ def with_papers(config: dict[str, Any], papers_dir: str | Path) -> dict[str, Any
             raise ValueError(f"papers: unknown paper {paper!r}; valid choices: {available} ({papers_dir}/)")
         merged = merge_under(merged, load_yaml(papers_dir / f"{paper}.yaml"))
     merged = merge_under(merged, config)
-    for section in ("tables", "figures", "claims"):  # an overlay drops one by setting it to null
+    for section in ("tables", "figures", "claims", "partition_plots"):  # an overlay drops one by setting it to null
         merged[section] = {k: v for k, v in (merged.get(section) or {}).items() if v is not None}
     return merged

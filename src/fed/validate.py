@@ -82,6 +82,10 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 errors += [f"{where}: {e}" for e in cell_errors(m, methods[m], presets, exp["preset"])]
     for fname, fig in config.get("figures", {}).items():
         errors += figure_errors(fname, fig, config)
+    for pname, plot in config.get("partition_plots", {}).items():
+        for key, known in (("preset", presets), ("dataset", DATASETS), ("partition", config.get("partitions", {}))):
+            if plot[key] not in known:
+                errors.append(f"partition_plots.{pname}: unknown {key} {plot[key]!r}; valid choices: {sorted(known)}")
     for cname, claim in config.get("claims", {}).items():
         for name in claim_sources(claim):
             source = config.get("tables", {}).get(name) or config.get("figures", {}).get(name)

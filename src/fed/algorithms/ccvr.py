@@ -51,6 +51,7 @@ class CCVR(Algorithm):
         model.eval()
         per_class: dict[int, list] = {}
         with torch.no_grad():
+            shape = model.features(torch.zeros(1, *ctx.input_shape, device=ctx.device)).shape[1:]  # a map at a mid cut
             for k in range(ctx.num_clients):
                 x, y = ctx.client_data(k)
                 h = torch.cat([model.features(xb).flatten(1) for xb in x.split(500)])
@@ -76,7 +77,7 @@ class CCVR(Algorithm):
             head,
             h,
             y,
-            lambda hb, yb: F.cross_entropy(model.head(hb), yb),
+            lambda hb, yb: F.cross_entropy(model.head(hb.view(-1, *shape)), yb),
             ctx.rng("calibrate", ctx.round),
             SGDSettings(self.lr, batch_size=ctx.cfg.batch_size, epochs=self.epochs),
         ).loss
