@@ -55,13 +55,17 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
 
 def test_flea_quick_config_dry_run(tmp_path):
     quick = ("--configfile", str(REPO / "config/flea_quick.yaml"))
-    out = snakemake(tmp_path, "-n", *quick).stdout
+    out = snakemake(tmp_path, "-n", *quick, "--config", "reference_dir=null").stdout
     counts = job_counts(out)
     # Table 1's CIFAR-10 columns on the Fashion-MNIST stand-in: 2 blocks x 3 partitions x 10 methods (no FedData) x 2
     # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6 and 9(a, b) read table cells
     assert counts["train"] == 2 * 3 * 10 * 2 and counts["stage"] == 2 * 2 * 3
     assert counts["table"] == 2 and counts["figure"] == 3 and counts["claims"] == 1 and counts["prepare_data"] == 1
     assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "cifar10" not in out
+    # the measured run's cells are committed: tables, figures and claims rebuild without training or tuning
+    committed = json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"]
+    counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
+    assert len(committed) == 120 and "train" not in counts and "stage" not in counts
 
 
 def test_dafl_quick_config_dry_run(tmp_path):
