@@ -61,7 +61,7 @@ def test_flea_quick_config_dry_run(tmp_path):
     # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6 and 9(a, b) read table cells
     assert counts["train"] == 2 * 3 * 10 * 2 and counts["stage"] == 2 * 2 * 3
     assert counts["table"] == 2 and counts["figure"] == 3 and counts["claims"] == 1 and counts["prepare_data"] == 1
-    assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "cifar10" not in out
+    assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "data/cifar10" not in out
     # the measured run's cells are committed: tables, figures and claims rebuild without training or tuning
     committed = json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"]
     counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
@@ -144,7 +144,7 @@ def test_smoke_run_flea_end_to_end(smoke_run):
     in for (every verdict not comparable), the exposure figure and the claims over several tables."""
     tmp_path, _ = smoke_run
     table = pd.read_csv(tmp_path / "reports/tables/flea/table1_cifar10_d100.csv")
-    assert sorted(set(table.method)) == ["fedavg", "flea"] and set(table.partition) == {"qua3", "flea_dir0.5"}
+    assert sorted(set(table.method)) == ["fedavg", "flea"] and set(table.partition) == {"qua3"}
     assert table.verdict.str.startswith("not comparable (smoke config").all()
     fedavg_qua3 = table[(table.method == "fedavg") & (table.partition == "qua3")].iloc[0]
     assert fedavg_qua3.paper_value == 30.25 and fedavg_qua3.seeds == 2  # CIFAR-10, |D_k| = 100 block
