@@ -254,13 +254,11 @@ def _torchvision_arrays(meta: DatasetInfo, root: Path, split: str, download: boo
                 "download: false it reads only already-extracted files)"
             )
         )
-        raise DatasetUnavailableError(
-            f"dataset {meta.name!r} ({split}) is not under {root.resolve()}"
-            + (" and could not be downloaded" if download else " (download: false)")
-            + f" ({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. copy them "
-            f'from a machine with internet, where `python -c "import torchvision; torchvision.datasets.'
-            f"{meta.tv_class}('{root}', download=True)\"` fetches them — {how}."
-        ) from err
+        fetch = (
+            f'copy them from a machine with internet, where `python -c "import torchvision; torchvision.datasets.'
+            f"{meta.tv_class}('{root}', download=True)\"` fetches them — {how}"
+        )
+        raise _unavailable(f"{meta.name!r} ({split})", meta, root, download, err, fetch) from err
     x = torch.as_tensor(np.asarray(ds.data))  # MNIST-like (N,H,W); CIFAR (N,H,W,C); SVHN (N,C,H,W)
     if x.ndim == 3:
         x = x.unsqueeze(1)
@@ -276,13 +274,17 @@ def _signal_arrays(meta: DatasetInfo, root: Path, download: bool) -> dict[str, t
     try:
         return signal_arrays(meta.name, root, download)
     except (FileNotFoundError, ImportError) as err:
-        url = READERS[meta.name][1]
-        raise DatasetUnavailableError(
-            f"dataset {meta.name!r} is not under {root.resolve()}"
-            + (" and could not be downloaded" if download else " (download: false)")
-            + f" ({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. download "
-            f"{url} on a machine with internet and extract it there — then rerun."
-        ) from err
+        fetch = f"download {READERS[meta.name][1]} on a machine with internet and extract it there — then rerun"
+        raise _unavailable(repr(meta.name), meta, root, download, err, fetch) from err
+
+
+def _unavailable(what: str, meta: DatasetInfo, root: Path, download: bool, err: Exception, fetch: str):
+    """The offline error: what is missing where, why, which files to put there and how to get them."""
+    return DatasetUnavailableError(
+        f"dataset {what} is not under {root.resolve()}"
+        + (" and could not be downloaded" if download else " (download: false)")
+        + f" ({type(err).__name__}: {err}).\nFix: put {meta.files} under {root.resolve()}/ — e.g. {fetch}."
+    )
 
 
 def import_debian_fashion_mnist(root: Path, source: Path = DEBIAN_FASHION_MNIST) -> bool:

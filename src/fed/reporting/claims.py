@@ -242,8 +242,12 @@ def claims_table(
     rows = []
     for name, claim in claims.items():
         sources = claim_sources(claim)
-        frame = pd.concat([frames[s].assign(source=s) for s in sources], ignore_index=True)
-        result = KINDS[claim["kind"]](frame if len(sources) > 1 else frames[sources[0]], claim)
+        frame = (  # several tables: a `source` column keeps their cells apart
+            pd.concat([frames[s].assign(source=s) for s in sources], ignore_index=True)
+            if len(sources) > 1
+            else frames[sources[0]]
+        )
+        result = KINDS[claim["kind"]](frame, claim)
         note = "; ".join(dict.fromkeys(n for s in sources if (n := not_comparable.get(s, ""))))
         rows.append(
             {
