@@ -24,7 +24,14 @@ import torch
 import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm
-from fed.dpms import abundant_and_scarce, epsilon_classical, epsilon_exact, match_clients, noisy_mean_pool
+from fed.dpms import (
+    abundant_and_scarce,
+    epsilon_classical,
+    epsilon_exact,
+    match_clients,
+    noisy_mean_pool,
+    sensitivity,
+)
 from fed.models.vae import vae_modules
 from fed.stages import Stage
 from fed.training import predict
@@ -123,13 +130,14 @@ class FedDPMS(Algorithm):
         def accept(z):  # the donor decodes with D̄ and keeps z̃ if its classifier agrees
             return predict(model, decoder(z))
 
-        labels = [ctx.client_data(k)[1].cpu().numpy() for k in range(ctx.num_clients)]
-        roles = [abundant_and_scarce(np.bincount(y, minlength=ctx.num_classes), self.abundant) for y in labels]
+        data = [ctx.client_data(k) for k in range(ctx.num_clients)]
+        roles = [
+            abundant_and_scarce(np.bincount(y.cpu().numpy(), minlength=ctx.num_classes), self.abundant) for _, y in data
+        ]
         abundant, scarce = [r[0] for r in roles], [r[1] for r in roles]
-        pools, worst = {}, {"attempts": 0, "clipped": 0.0}
+        pools = {}
         with torch.no_grad():
-            for j in range(ctx.num_clients):
-                x, y = ctx.client_data(j)
+            for j, (x, y) in enumerate(data):
                 for c in abundant[j]:
                     z = model.extras["mu"](predict_features(model, x[y == c]))
                     pools[j, c] = pool = noisy_mean_pool(
@@ -144,8 +152,6 @@ class FedDPMS(Algorithm):
                         collapse=self.mean == "scalar",
                     )
                     ctx.share("noisy_latent_means", len(pool.latents))
-                    worst["attempts"] = max(worst["attempts"], pool.attempts)
-                    worst["clipped"] = max(worst["clipped"], pool.clipped_fraction)
         donors = match_clients(abundant, scarce)
         self._received = {}
         for i, j in enumerate(donors):
@@ -157,6 +163,8 @@ class FedDPMS(Algorithm):
                 torch.cat(y) if y else torch.zeros(0, dtype=torch.long),
             )
         ctx.share("class_roles_to_server", ctx.num_clients)  # side information: abundant / scarce classes
+        for k in range(ctx.num_clients):  # matching done: every client deletes its decoder (only D̄ remains)
+            ctx.save_client_state(k, {})
         # per client, in the round's history row: its donor (-1: none), latents it uploaded and received
         ctx.round_metrics["dpms_donor"] = [-1 if j is None else j for j in donors]
         ctx.round_metrics["dpms_uploaded"] = [
@@ -174,10 +182,13 @@ class FedDPMS(Algorithm):
         ctx.guarantee("delta", delta)
         ctx.guarantee("epsilon_classical_per_release", epsilon_classical(sigma, delta))  # the slides' formula
         ctx.guarantee("epsilon_exact_per_release", epsilon_exact(sigma, delta))
-        ctx.guarantee("releases_per_class_max", worst["attempts"])
-        ctx.guarantee("epsilon_exact", epsilon_exact(sigma, delta, worst["attempts"]))  # every draw composes
+        releases = max((p.attempts for p in pools.values()), default=0)
+        ctx.guarantee("releases_per_class_max", releases)
+        ctx.guarantee("epsilon_exact", epsilon_exact(sigma, delta, releases))  # every draw of a class mean composes
         ctx.guarantee("clip_norm", clip)
-        ctx.guarantee("clipped_fraction_max", worst["clipped"])
+        # the largest L2 sensitivity of a released mean, 2C / N_i^c (the noise std is σ times it)
+        ctx.guarantee("sensitivity_max", max((sensitivity(clip, p.num_samples) for p in pools.values()), default=0.0))
+        ctx.guarantee("clipped_fraction_max", max((p.clipped_fraction for p in pools.values()), default=0.0))
 
     def training_data(self, ctx, client):
         """The receiver's data merged with D̄'s decoding of the latents it received (decoded once, kept)."""
