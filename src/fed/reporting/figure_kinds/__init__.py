@@ -3,19 +3,21 @@ draws them. The workflow (``common.smk``) asks a kind for its cells; ``workflow/
 
 A kind module defines
 - ``KEYS``: its config keys beyond the common ones: name → (required, JSON schema of the value);
-- ``presets(fig)``: the presets its cells use (validated before any job);
-- ``variants(fig, methods)``: method variants it needs that the config does not name (e.g. start-round variants);
-- ``cells(fig)``: the cells it reads, in the order ``draw`` receives their files;
-- ``stages(fig, methods)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle
-  or the DP-CGANs of configured ``methods``;
-- ``NEEDS_MODELS``: whether ``draw`` reads the cells' ``model.pt`` (if not, it can draw from committed metrics);
 - ``draw(fig, cells, files, stages, png, csv, caption)``: files are (metrics.json, model.pt or None) per cell,
-  stages the stage files in ``stages(fig)`` order.
+  stages the stage files in ``stages(fig)`` order;
+and, where the default (in brackets) does not fit,
+- ``presets(fig)``: the presets its cells use, validated before any job [``[fig["preset"]]``];
+- ``variants(fig, methods)``: method variants it needs that the config does not name, e.g. start-round variants [none];
+- ``cells(fig)``: the cells it reads, in the order ``draw`` receives their files [datasets × partitions × methods ×
+  seeds of ``fig["preset"]``];
+- ``stages(fig, methods)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle
+  or the DP-CGANs of configured ``methods`` [none];
+- ``NEEDS_MODELS``: whether ``draw`` reads the cells' ``model.pt``; if not, it draws from committed metrics [False].
 """
 
 from __future__ import annotations
 
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 import jsonschema
 
@@ -29,17 +31,35 @@ from fed.reporting.figure_kinds import (
     zsdg_class_accuracy,
     zsdg_grids,
 )
-from fed.reporting.figure_kinds.common import COMMON_KEYS, cell
+from fed.reporting.figure_kinds.common import COMMON_KEYS, cell, grid_cells
 
-FIGURE_KINDS: dict[str, ModuleType] = {
-    "accuracy_curves": accuracy_curves,
-    "dp_samples": dp_samples,
-    "dpms_samples": dpms_samples,
-    "metric_vs_x": metric_vs_x,
-    "stage_cost": stage_cost,
-    "start_round_variance": start_round_variance,
-    "zsdg_class_accuracy": zsdg_class_accuracy,
-    "zsdg_grids": zsdg_grids,
+DEFAULTS = {
+    "presets": lambda fig: [fig["preset"]],
+    "variants": lambda fig, methods: {},
+    "cells": grid_cells,
+    "stages": lambda fig, methods: [],
+    "NEEDS_MODELS": False,
+}
+
+
+def _kind(module: ModuleType) -> SimpleNamespace:
+    """A kind's interface: what its module defines, the defaults for the rest."""
+    names = (*DEFAULTS, "KEYS", "draw")
+    return SimpleNamespace(**{name: getattr(module, name, DEFAULTS.get(name)) for name in names})
+
+
+FIGURE_KINDS: dict[str, SimpleNamespace] = {
+    module.__name__.rsplit(".", 1)[1]: _kind(module)
+    for module in (
+        accuracy_curves,
+        dp_samples,
+        dpms_samples,
+        metric_vs_x,
+        stage_cost,
+        start_round_variance,
+        zsdg_class_accuracy,
+        zsdg_grids,
+    )
 }
 
 

@@ -9,9 +9,7 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR, grid_cells
-
-NEEDS_MODELS = False
+from fed.reporting.figure_kinds.common import STR
 
 KEYS = {
     "preset": (True, STR),
@@ -22,22 +20,6 @@ KEYS = {
     "labels": (False, {"type": "object", "additionalProperties": STR, "description": "method -> legend label"}),
     "metric": (False, {**STR, "description": "history column to plot (default global_acc)"}),
 }
-
-
-def presets(fig):
-    return [fig["preset"]]
-
-
-def variants(fig, methods):
-    return {}
-
-
-def cells(fig):
-    return grid_cells(fig)
-
-
-def stages(fig, methods):
-    return []
 
 
 def draw(fig, cells, files, stages, png, csv, caption):

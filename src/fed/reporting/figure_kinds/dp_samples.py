@@ -7,8 +7,6 @@ import pandas as pd
 
 from fed.reporting.figure_kinds.common import STR
 
-NEEDS_MODELS = False
-
 KEYS = {
     "preset": (True, STR),
     "partition": (True, STR),
@@ -17,14 +15,6 @@ KEYS = {
     "label": (True, {"type": "integer", "minimum": 0}),
     "samples": (False, {"type": "integer", "minimum": 1}),
 }
-
-
-def presets(fig):
-    return [fig["preset"]]
-
-
-def variants(fig, methods):
-    return {}
 
 
 def cells(fig):

@@ -19,24 +19,12 @@ KEYS = {
 }
 
 
-def presets(fig):
-    return [fig["preset"]]
-
-
-def variants(fig, methods):
-    return {}
-
-
 def method_of(fig, dataset):
     return fig["method"] if isinstance(fig["method"], str) else fig["method"][dataset]
 
 
 def cells(fig):
     return [cell(fig["preset"], d, fig["partition"], method_of(fig, d), fig["seeds"][0]) for d in fig["datasets"]]
-
-
-def stages(fig, methods):
-    return []
 
 
 def decode_examples(metrics_path, model_path):

@@ -11,8 +11,6 @@ import pandas as pd
 
 from fed.reporting.figure_kinds.common import STR, grid_cells
 
-NEEDS_MODELS = False
-
 KEYS = {
     "preset": (True, STR),
     "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
@@ -25,24 +23,12 @@ KEYS = {
 }
 
 
-def presets(fig):
-    return [fig["preset"]]
-
-
-def variants(fig, methods):
-    return {}
-
-
 def cells(fig):
     x_of = fig.get("x_of", "partition")
     missing = set(fig[f"{x_of}s"]) - set(fig["x_values"])
     if missing:
         raise ValueError(f"figure {fig['output']}: x_values has no value for the {x_of}s {sorted(missing)}")
     return grid_cells(fig)
-
-
-def stages(fig, methods):
-    return []
 
 
 def draw(fig, cells, files, stages, png, csv, caption):

@@ -10,10 +10,8 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR, grid_cells
+from fed.reporting.figure_kinds.common import STR
 from fed.reporting.figure_kinds.dp_samples import gan_stage
-
-NEEDS_MODELS = False
 
 KEYS = {
     "preset": (True, STR),
@@ -21,18 +19,6 @@ KEYS = {
     "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
     "gan_method": (True, STR),
 }
-
-
-def presets(fig):
-    return [fig["preset"]]
-
-
-def variants(fig, methods):
-    return {}
-
-
-def cells(fig):
-    return grid_cells(fig)
 
 
 def stages(fig, methods):

@@ -9,18 +9,12 @@ import pandas as pd
 
 from fed.reporting.figure_kinds.common import STR, cell
 
-NEEDS_MODELS = False  # draw() reads the cells' model.pt (else only metrics.json)
-
 KEYS = {
     "preset": (True, STR),
     "partition": (True, STR),
     "method": (True, STR),
     "start_rounds": (True, {"type": "array", "items": {"type": "integer", "minimum": 2}, "minItems": 1}),
 }
-
-
-def presets(fig):
-    return [fig["preset"]]
 
 
 def variant_name(method: str, r: int) -> str:
@@ -38,10 +32,6 @@ def cells(fig):
         for r in fig["start_rounds"]
         for s in fig["seeds"]
     ]
-
-
-def stages(fig, methods):
-    return []
 
 
 def draw(fig, cells, files, stages, png, csv, caption):

@@ -22,10 +22,6 @@ def presets(fig):
     return [fig["source"]["preset"], fig["oracle"]["preset"]]
 
 
-def variants(fig, methods):
-    return {}
-
-
 def cells(fig):
     src = fig["source"]
     return [cell(src["preset"], d, src["partition"], src["method"], s) for d in fig["datasets"] for s in fig["seeds"]]

@@ -21,10 +21,6 @@ def presets(fig):
     return [ref["preset"] for ref in fig["sources"].values()]
 
 
-def variants(fig, methods):
-    return {}
-
-
 def cells(fig):
     return [
         cell(ref["preset"], d, ref["partition"], ref["method"], s)
@@ -32,10 +28,6 @@ def cells(fig):
         for s in fig["seeds"]
         for ref in fig["sources"].values()
     ]
-
-
-def stages(fig, methods):
-    return []
 
 
 def draw(fig, cells, files, stages, png, csv, caption):
