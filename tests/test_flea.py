@@ -201,16 +201,33 @@ def test_learning_rate_decays_per_round_to_its_floor(synthetic_root, partition):
         assert ctx.round_lr() == pytest.approx(lr) and ctx.sgd_settings().lr == pytest.approx(lr)
 
 
-def test_ccvr_calibrates_a_head_that_starts_at_an_intermediate_cut(synthetic_root, partition):
-    """FLea's models cut after block 1: CCVR's virtual features are feature maps, not vectors."""
-    eng = Engine(
-        FLConfig(**{**CFG.to_dict(), "rounds": 1, "optimizer": "sgd", "lr": 0.01}),
-        build_algorithm("ccvr", virtual_per_class=4, epochs=1),
-        load_dataset("synthetic", synthetic_root, "train"),
-        load_dataset("synthetic", synthetic_root, "test"),
-        partition,
-        0,
-        progress=None,
-    )
-    eng.run()
-    assert math.isfinite(eng.history[0]["ccvr_loss"]) and eng.ctx.ledger["class_feature_statistics"] > 0
+@pytest.mark.parametrize("source,shared", [("gaussian", "class_feature_statistics"), ("features", "features")])
+def test_ccvr_recalibrates_only_the_last_linear_layer_on_penultimate_representations(
+    synthetic_root, partition, source, shared
+):
+    """FLea's models cut after block 1; CCVR works before the last linear layer (``embed``), not at the cut."""
+
+    def run(algorithm):
+        eng = Engine(
+            FLConfig(**{**CFG.to_dict(), "rounds": 1, "optimizer": "sgd", "lr": 0.01}),
+            algorithm,
+            load_dataset("synthetic", synthetic_root, "train"),
+            load_dataset("synthetic", synthetic_root, "test"),
+            partition,
+            0,
+            progress=None,
+        )
+        eng.run()
+        return eng
+
+    ccvr = run(build_algorithm("ccvr", virtual_per_class=4, epochs=1, source=source))
+    fedavg = run(build_algorithm("fedavg"))
+    last = {f"classifier.{len(ccvr.ctx.model.classifier) - 1}.{p}" for p in ("weight", "bias")}
+    for key, value in ccvr.global_state.items():  # FedAvg, then only the last layer moves
+        assert torch.equal(value, fedavg.global_state[key]) != (key in last), key
+    assert math.isfinite(ccvr.history[0]["ccvr_loss"])
+    if source == "features":  # FLea's App. C: the representations of 10 % of every client's samples
+        sizes = [len(c["train"]) for c in partition["clients"]]
+        assert ccvr.ctx.ledger[shared] == sum(max(1, round(0.1 * n)) for n in sizes)
+    else:
+        assert ccvr.ctx.ledger[shared] > 0

@@ -17,6 +17,8 @@ def test_head_of_features_is_forward(name, shape):
     with torch.no_grad():
         h = model.features(x)
         assert torch.equal(model.head(h), model(x))
+        z = model.embed(x)  # the other split: before the last linear layer
+        assert z.dim() == 2 and torch.allclose(model.classify(z), model(x), atol=1e-6)
     assert model.cut_layer in dict(model.named_modules())
     # the named layer's output is what features() returns (up to pooling/flattening at the penultimate cut)
     seen = {}
@@ -40,3 +42,17 @@ def test_flea_audio_and_sensor_nets_cut_after_their_second_block():
     x = torch.randn(2, 1, 128, 3)
     assert har.features(x).shape[1] == 128 and tuple(har(x).shape) == (2, 6)  # UCI-HAR window, 128 channels
     assert tuple(build_model("audionet", 1, 10, 28).features(torch.randn(2, 1, 28, 28)).shape) == (2, 16, 7, 7)
+    assert tuple(audio.embed(torch.randn(2, 2, 64, 344)).shape) == (2, 64)  # pooled, before the FC layer
+
+
+def test_embed_is_the_input_of_the_last_linear_layer():
+    for name, shape, dim in [("mobilenetv2_flea", (3, 32, 32), 1280), ("cnn_dafl", (1, 28, 28), 128)]:
+        model = build_model(name, shape[0], 10, shape[1]).eval()
+        seen = {}
+        last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
+        handle = last.register_forward_hook(lambda m, i, o: seen.setdefault("z", i[0]))
+        with torch.no_grad():
+            z = model.embed(torch.randn(2, *shape))
+            model(torch.randn(2, *shape))
+        handle.remove()
+        assert z.shape == seen["z"].shape == (2, dim), name

@@ -1,10 +1,16 @@
 """CCVR (Luo et al., NeurIPS 2021): classifier calibration with virtual representations, after federated training.
 
-At the calibration round each client sends, per class c, the count N_c,k, mean μ_c,k and covariance Σ_c,k of the
-global model's features on its data. The server combines them into the global Gaussian of each class
-    μ_c = Σ_k N_c,k μ_c,k / N_c
-    Σ_c = Σ_k (N_c,k − 1)/(N_c − 1) Σ_c,k + Σ_k N_c,k/(N_c − 1) μ_c,k μ_c,kᵀ − N_c/(N_c − 1) μ_c μ_cᵀ
-draws M_c virtual features from N(μ_c, Σ_c) and re-trains the classifier head on them (FedAvg before that).
+FedAvg until the calibration round; then the server re-trains the last linear layer (``classify``) on penultimate
+representations z = ``embed``(x) of the global model, with the rest of the model frozen. Where they come from:
+
+- ``source: gaussian`` (the paper): each client sends, per class c, the count N_c,k, mean μ_c,k and covariance
+  Σ_c,k of its z. The server combines them into the global Gaussian of each class
+      μ_c = Σ_k N_c,k μ_c,k / N_c
+      Σ_c = Σ_k (N_c,k − 1)/(N_c − 1) Σ_c,k + Σ_k N_c,k/(N_c − 1) μ_c,k μ_c,kᵀ − N_c/(N_c − 1) μ_c μ_cᵀ
+  and draws M_c virtual representations from N(μ_c, Σ_c).
+- ``source: features`` (FLea's App. C: "the same amount of features as our method ... the features instead of
+  distributions"): each client sends the z of a random ``feature_fraction`` of its samples, with their labels, and
+  the server fits the layer on them.
 """
 
 from __future__ import annotations
@@ -41,45 +47,78 @@ def combine_statistics(parts: list[tuple[int, torch.Tensor, torch.Tensor]]) -> t
 class CCVR(Algorithm):
     name = "ccvr"
 
-    def __init__(self, virtual_per_class: int = 100, epochs: int = 10, lr: float = 0.01, calibrate_round: int = 0):
+    def __init__(
+        self,
+        virtual_per_class: int = 100,
+        epochs: int = 10,
+        lr: float = 0.01,
+        calibrate_round: int = 0,
+        source: str = "gaussian",
+        feature_fraction: float = 0.1,
+    ):
+        if source not in ("gaussian", "features"):
+            raise ValueError(
+                f"CCVR: source must be 'gaussian' (the paper) or 'features' (FLea's App. C), got {source!r}"
+            )
+        if not 0 < feature_fraction <= 1:
+            raise ValueError(f"CCVR: feature_fraction must be in (0, 1], got {feature_fraction}")
         self.virtual_per_class, self.epochs, self.lr = virtual_per_class, epochs, lr
         self.calibrate_round = calibrate_round  # 0: the last round
+        self.source, self.feature_fraction = source, feature_fraction
 
     def server_update(self, ctx, model, results):
         if ctx.round != (self.calibrate_round or ctx.cfg.rounds):
             return
         model.eval()
-        per_class: dict[int, list] = {}
         with torch.no_grad():
-            shape = model.features(torch.zeros(1, *ctx.input_shape, device=ctx.device)).shape[1:]  # a map at a mid cut
-            for k in range(ctx.num_clients):
-                x, y = ctx.client_data(k)
-                h = torch.cat([model.features(xb).flatten(1) for xb in x.split(500)])
-                for c, stats in class_statistics(h, y, ctx.num_classes).items():
-                    per_class.setdefault(c, []).append(stats)
-        ctx.share("class_feature_statistics", sum(len(v) for v in per_class.values()))
-        gen = ctx.rng("virtual", ctx.round)
-        hs, ys = [], []
-        for c, parts in sorted(per_class.items()):
-            n, mean, cov = combine_statistics(parts)
-            evals, evecs = torch.linalg.eigh(cov)  # cov^½ (covariances from few samples are singular)
-            root = evecs * evals.clamp_min(0).sqrt()
-            z = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype)
-            hs.append((mean + z @ root.T).float())
-            ys.append(torch.full((self.virtual_per_class,), c))
-        h, y = torch.cat(hs).to(ctx.device), torch.cat(ys).to(ctx.device)
-        head = model.head_module()
+            z, y = self.virtual(ctx, model) if self.source == "gaussian" else self.shared_features(ctx, model)
+        layer = model.classifier_module()
         for p in model.parameters():
             p.requires_grad_(False)
-        for p in head.parameters():
+        for p in layer.parameters():
             p.requires_grad_(True)
         ctx.round_metrics["ccvr_loss"] = local_sgd(
-            head,
-            h,
-            y,
-            lambda hb, yb: F.cross_entropy(model.head(hb.view(-1, *shape)), yb),
+            layer,
+            z.to(ctx.device),
+            y.to(ctx.device),
+            lambda zb, yb: F.cross_entropy(model.classify(zb), yb),
             ctx.rng("calibrate", ctx.round),
             SGDSettings(self.lr, batch_size=ctx.cfg.batch_size, epochs=self.epochs),
         ).loss
         for p in model.parameters():
             p.requires_grad_(True)
+
+    @staticmethod
+    def _embed(model, x):
+        return torch.cat([model.embed(xb) for xb in x.split(500)])
+
+    def virtual(self, ctx, model):
+        """M_c virtual representations per class from the clients' pooled Gaussians."""
+        per_class: dict[int, list] = {}
+        for k in range(ctx.num_clients):
+            x, y = ctx.client_data(k)
+            for c, stats in class_statistics(self._embed(model, x), y, ctx.num_classes).items():
+                per_class.setdefault(c, []).append(stats)
+        ctx.share("class_feature_statistics", sum(len(v) for v in per_class.values()))
+        gen = ctx.rng("virtual", ctx.round)
+        zs, ys = [], []
+        for c, parts in sorted(per_class.items()):
+            n, mean, cov = combine_statistics(parts)
+            evals, evecs = torch.linalg.eigh(cov)  # cov^½ (covariances from few samples are singular)
+            root = evecs * evals.clamp_min(0).sqrt()
+            noise = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype)
+            zs.append((mean + noise @ root.T).float())
+            ys.append(torch.full((self.virtual_per_class,), c))
+        return torch.cat(zs), torch.cat(ys)
+
+    def shared_features(self, ctx, model):
+        """The representations of a random ``feature_fraction`` of every client's samples, with their labels."""
+        zs, ys = [], []
+        for k in range(ctx.num_clients):
+            x, y = ctx.client_data(k)
+            n = max(1, round(self.feature_fraction * len(y)))
+            pick = torch.randperm(len(y), generator=ctx.rng("ccvr-share", k))[:n].to(y.device)
+            zs.append(self._embed(model, x[pick]))
+            ys.append(y[pick])
+        ctx.share("features", sum(len(v) for v in ys))
+        return torch.cat(zs), torch.cat(ys)

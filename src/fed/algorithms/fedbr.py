@@ -59,20 +59,20 @@ class FedBR(MeanSharing):
         self.projection_dim = projection_dim
 
     def extra_modules(self, model, input_shape):
-        d, w = feature_dim(model, input_shape), self.projection_dim
+        d, w = feature_dim(model, input_shape, of="embed"), self.projection_dim
         return {"projection": nn.Sequential(nn.Linear(d, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))}
 
     def local_loss(self, model, x, y, local, ctx):
         x_p, _ = self.draw(local, self.pseudo_batch)
-        h, h_p = model.features(x), model.features(x_p)
+        h, h_p = model.embed(x), model.embed(x_p)  # penultimate representations φ
         with torch.no_grad():
-            h_global = ctx.global_model().features(x_p).flatten(1)
-        h_local = h.flatten(1).mean(0, keepdim=True).expand(len(x_p), -1)
+            h_global = ctx.global_model().embed(x_p)
+        h_local = h.mean(0, keepdim=True).expand(len(x_p), -1)
         projection = model.extras["projection"]
-        adversarial_step(projection, h_p.flatten(1), h_global, h_local, self.tau, ctx.round_lr())
+        adversarial_step(projection, h_p, h_global, h_local, self.tau, ctx.round_lr())
         # min step: P enters with detached parameters, so the optimiser leaves it where the max step put it
         fixed = {k: p.detach() for k, p in projection.named_parameters()}
-        contrast = projection_contrast(projection, fixed, h_p.flatten(1), h_global, h_local, self.tau)
-        logits_p = model.head(h_p)
+        contrast = projection_contrast(projection, fixed, h_p, h_global, h_local, self.tau)
+        logits_p = model.classify(h_p)
         balance = soft_cross_entropy(logits_p, torch.full_like(logits_p, 1.0 / logits_p.shape[1]))
-        return F.cross_entropy(model.head(h), y) + self.lam_cls * balance + self.lam_con * contrast
+        return F.cross_entropy(model.classify(h), y) + self.lam_cls * balance + self.lam_con * contrast

@@ -28,5 +28,5 @@ class FedDecorr(Algorithm):
         self.beta = beta
 
     def local_loss(self, model, x, y, local, ctx):
-        h = model.features(x)
-        return F.cross_entropy(model.head(h), y) + self.beta * decorrelation_loss(h)
+        z = model.embed(x)  # the penultimate representation
+        return F.cross_entropy(model.classify(z), y) + self.beta * decorrelation_loss(z)

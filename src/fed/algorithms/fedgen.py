@@ -1,9 +1,10 @@
 """FedGen (Zhu, Hong & Zhou, ICML 2021): data-free knowledge distillation with a feature-space generator.
 
-Server, after aggregation: train a light generator G(ε, y) → h (the model's cut features) so that the ensemble
-of the received client heads, each weighted per label by its share of that label, classifies h as y:
-    min_G  E_{y∼p̂, ε∼N(0,I)} CE( Σ_k w_{k,y} head_k(G(ε, y)), y ) + L_div,   w_{k,y} = n_{k,y} / Σ_j n_{j,y}
-Client: CE on its data + α · E_{y∼p̂} CE(head(G(ε, y)), y) — the generator's knowledge as a regulariser.
+Server, after aggregation: train a light generator G(ε, y) → h (a penultimate representation, ``model.embed``'s
+space) so that the ensemble of the received clients' last layers, each weighted per label by its share of that label,
+classifies h as y:
+    min_G  E_{y∼p̂, ε∼N(0,I)} CE( Σ_k w_{k,y} classify_k(G(ε, y)), y ) + L_div,   w_{k,y} = n_{k,y} / Σ_j n_{j,y}
+Client: CE on its data + α · E_{y∼p̂} CE(classify(G(ε, y)), y) — the generator's knowledge as a regulariser.
 p̂ is the label distribution the clients uploaded (counts only). The generator is method state (checkpointed).
 """
 
@@ -61,7 +62,7 @@ class FedGen(Algorithm):
     def setup(self, ctx):
         ctx.model.eval()
         with torch.no_grad():
-            shape = tuple(ctx.model.features(torch.zeros(2, *ctx.input_shape, device=ctx.device)).shape[1:])
+            shape = tuple(ctx.model.embed(torch.zeros(2, *ctx.input_shape, device=ctx.device)).shape[1:])
         torch.manual_seed(ctx.seed_int("generator-init"))
         self.generator = Generator(self.noise_dim, ctx.num_classes, shape).to(ctx.device)
         self.counts = torch.stack(
@@ -86,7 +87,7 @@ class FedGen(Algorithm):
         self.generator.eval()
         with torch.no_grad():
             _, h = self.generator(y_gen, local.extra["rng"])
-        return loss + self.alpha * F.cross_entropy(model.head(h), y_gen)
+        return loss + self.alpha * F.cross_entropy(model.classify(h), y_gen)
 
     def server_update(self, ctx, model, results):
         if ctx.round < self.start_round - 1:  # FedAvg until then (FLea's FedGen: 30 rounds); trained for start_round
@@ -106,7 +107,7 @@ class FedGen(Algorithm):
             eps, h = self.generator(y, gen)
             logits = 0
             for j, head in enumerate(heads):
-                logits = logits + weights[j, y][:, None] * head.head(h)
+                logits = logits + weights[j, y][:, None] * head.classify(h)
             loss = F.cross_entropy(logits, y) + diversity_loss(eps, h)
             opt.zero_grad(set_to_none=True)
             loss.backward()

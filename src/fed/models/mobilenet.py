@@ -59,3 +59,9 @@ class MobileNetV2(SplitModel):
         if self.cut < len(self.net.features) - 1:
             return nn.ModuleList([self.net.features[self.cut + 1 :], self.net.classifier])
         return self.net.classifier
+
+    def embed(self, x):
+        return self._pooled(self.net.features(x))
+
+    def classifier_module(self):
+        return self.net.classifier
