@@ -1,7 +1,9 @@
 """A metric against a number attached to the cells, mean ± std over seeds, one panel per dataset. The number belongs
 to each cell's partition (``x_of: partition``, one line per method: FedDPMS' "test accuracy vs concentration
 parameter" β) or to its method (``x_of: method``, one line per partition: FedDPMS' accuracy vs the number of
-preliminary rounds). The value per cell is the one its preset reports (``report``: last or best round)."""
+preliminary rounds; FLea's accuracy vs Beta(a, a) and vs λ1, λ2). The value per cell is the one its preset reports
+(``report``: last or best round), or with ``value: mean_over_rounds`` the mean over every evaluated round (FLea
+Fig. 11's ρ̄, "the expectation of the distance correlation")."""
 
 from __future__ import annotations
 
@@ -20,7 +22,16 @@ KEYS = {
     "x_label": (False, STR),
     "metric": (False, STR),
     "labels": (False, {"type": "object", "additionalProperties": STR, "description": "line -> legend label"}),
+    "value": (False, {"enum": ["reported", "mean_over_rounds"]}),
 }
+
+
+def cell_value(record: dict, metric: str, value: str = "reported"):
+    """The cell's ``metric`` at the round its preset reports, or averaged over the rounds that recorded it."""
+    if value == "reported":
+        return record[record["config"]["report"]].get(metric)
+    seen = [row[metric] for row in record["history"] if row.get(metric) is not None]
+    return sum(seen) / len(seen) if seen else None
 
 
 def cells(fig):
@@ -39,14 +50,14 @@ def draw(fig, cells, files, stages, png, csv, caption):
     rows = []
     for c, (metrics, _) in zip(cells, files):
         rec = json.loads(open(metrics).read())
-        report = rec["config"]["report"]
+        value = fig.get("value", "reported")
         rows.append(
             {
                 **{k: c[k] for k in ("dataset", "partition", "method", "seed")},
                 "x": fig["x_values"][c[x_of]],
                 "line": fig.get("labels", {}).get(c[line_of], c[line_of]),
-                "report": report,
-                metric: rec[report].get(metric),
+                "value": rec["config"]["report"] if value == "reported" else value,
+                metric: cell_value(rec, metric, value),
                 "diverged": rec["diverged"],
             }
         )
