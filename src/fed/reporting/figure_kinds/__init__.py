@@ -17,20 +17,11 @@ and, where the default (in brackets) does not fit,
 
 from __future__ import annotations
 
+import importlib
 from types import ModuleType, SimpleNamespace
 
 import jsonschema
 
-from fed.reporting.figure_kinds import (
-    accuracy_curves,
-    dp_samples,
-    dpms_samples,
-    metric_vs_x,
-    stage_cost,
-    start_round_variance,
-    zsdg_class_accuracy,
-    zsdg_grids,
-)
 from fed.reporting.figure_kinds.common import COMMON_KEYS, cell, grid_cells
 
 DEFAULTS = {
@@ -48,19 +39,17 @@ def _kind(module: ModuleType) -> SimpleNamespace:
     return SimpleNamespace(**{name: getattr(module, name, DEFAULTS.get(name)) for name in names})
 
 
-FIGURE_KINDS: dict[str, SimpleNamespace] = {
-    module.__name__.rsplit(".", 1)[1]: _kind(module)
-    for module in (
-        accuracy_curves,
-        dp_samples,
-        dpms_samples,
-        metric_vs_x,
-        stage_cost,
-        start_round_variance,
-        zsdg_class_accuracy,
-        zsdg_grids,
-    )
-}
+NAMES = (
+    "accuracy_curves",
+    "dp_samples",
+    "dpms_samples",
+    "metric_vs_x",
+    "stage_cost",
+    "start_round_variance",
+    "zsdg_class_accuracy",
+    "zsdg_grids",
+)
+FIGURE_KINDS: dict[str, SimpleNamespace] = {n: _kind(importlib.import_module(f"{__name__}.{n}")) for n in NAMES}
 
 
 def key_errors(name: str, fig: dict) -> list[str]:
