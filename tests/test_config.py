@@ -70,7 +70,7 @@ def test_schema_rejects_out_of_range_values(mutate, message):
     [
         (
             lambda c: c["tables"]["fedzda_table1"]["methods"].append("fedsgd"),
-            "unknown method 'fedsgd'; defined methods: \\['ccvr', 'centralized', 'dafl_gamma0.005'",
+            "unknown method 'fedsgd'; defined methods: \\['ccvr', 'ccvr_flea', 'centralized', 'dafl_gamma0.005'",
         ),
         (
             lambda c: c["methods"].update(fedsgd={"algorithm": "sgd"}),
