@@ -33,9 +33,7 @@ def test_metric_vs_x_plots_the_reported_round_or_the_mean_over_rounds(tmp_path, 
     acc = [50.0, 70.0, 60.0]  # the best round is round 2
     files = []
     for c in cells:
-        history = [
-            {"round": r + 1, "global_acc": acc[r], "flea_dcor_shared": rho[c["method"]][r]} for r in range(3)
-        ]
+        history = [{"round": r + 1, "global_acc": acc[r], "flea_dcor_shared": rho[c["method"]][r]} for r in range(3)]
         path = tmp_path / f"{c['method']}.json"
         path.write_text(json.dumps(record("best", history)))
         files.append((path, None))

@@ -1,9 +1,11 @@
 """FLea (Xia et al., KDD 2024): feature mixup, distance correlation, distillation, and the feature buffer's content,
 size and age; FLea's models and the per-round learning-rate decay."""
 
+import json
 import math
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 import torch.nn.functional as F
@@ -231,3 +233,25 @@ def test_ccvr_recalibrates_only_the_last_linear_layer_on_penultimate_representat
         assert ccvr.ctx.ledger[shared] == sum(max(1, round(0.1 * n)) for n in sizes)
     else:
         assert ccvr.ctx.ledger[shared] > 0
+
+
+def test_the_batch_record_of_figs_7_and_8_is_the_round_s_first_augmented_batch(synthetic_root, partition, tmp_path):
+    from fed.reporting.figure_kinds import FIGURE_KINDS
+
+    eng = flea_engine(synthetic_root, partition, rounds=2)
+    eng.run()
+    row = eng.history[1]
+    batch = row["flea_batch"]
+    assert "flea_batch" not in eng.history[0]  # round 1 has no buffer, so no augmented batch
+    assert len(batch["beta"]) == CFG.batch_size and all(0 < b < 1 for b in batch["beta"])
+    assert sum(batch["mixed_classes"]) == pytest.approx(CFG.batch_size, abs=1e-3)  # soft labels: one unit per sample
+    local = torch.bincount(eng.ctx.client_data(batch["client"])[1], minlength=10).tolist()
+    assert batch["local_classes"] == local and sum(row["flea_buffer_classes"]) == row["flea_buffer_size"]
+    record = {"dataset": "synthetic", "history": eng.history}
+    (tmp_path / "m.json").write_text(json.dumps(record))
+    kind, fig = FIGURE_KINDS["flea_batch"], {"rounds": [2]}
+    kind.draw(fig, [], [(tmp_path / "m.json", None)], [], tmp_path / "f.png", tmp_path / "f.csv", "t")
+    df = pd.read_csv(tmp_path / "f.csv")
+    assert df[df.what == "beta"].value.tolist() == pytest.approx(batch["beta"]) and (tmp_path / "f.png").exists()
+    with pytest.raises(ValueError, match="round 1 .* no FLea batch record"):
+        kind.draw({"rounds": [1]}, [], [(tmp_path / "m.json", None)], [], tmp_path / "g.png", tmp_path / "g.csv", "t")

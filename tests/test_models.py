@@ -50,7 +50,7 @@ def test_embed_is_the_input_of_the_last_linear_layer():
         model = build_model(name, shape[0], 10, shape[1]).eval()
         seen = {}
         last = [m for m in model.modules() if isinstance(m, torch.nn.Linear)][-1]
-        handle = last.register_forward_hook(lambda m, i, o: seen.setdefault("z", i[0]))
+        handle = last.register_forward_hook(lambda m, i, o, seen=seen: seen.setdefault("z", i[0]))
         with torch.no_grad():
             z = model.embed(torch.randn(2, *shape))
             model(torch.randn(2, *shape))

@@ -313,7 +313,9 @@ def run_cell(
         }
         tmp = out / "metrics.json.tmp"
         tmp.write_text(json.dumps(_json_safe(record), indent=1, allow_nan=False))
-        scalar_history = [{k: v for k, v in row.items() if not isinstance(v, list)} for row in summary["history"]]
+        scalar_history = [
+            {k: v for k, v in row.items() if not isinstance(v, (list, dict))} for row in summary["history"]
+        ]
         pd.DataFrame(scalar_history).to_csv(out / "history.csv", index=False)
         tmp.replace(out / "metrics.json")
         if live:

@@ -110,7 +110,11 @@ class FLea(Algorithm):
             n = min(len(buf.owner), RHO_SAMPLES)
             rho = distance_correlation(torch.cat(inputs)[:n], buf.features[:n], squared=self.dcor == "squared")
         ctx.share("features", len(buf.owner))
-        ctx.round_metrics.update(flea_buffer_size=len(buf.owner), flea_dcor_shared=float(rho))
+        ctx.round_metrics.update(
+            flea_buffer_size=len(buf.owner),
+            flea_dcor_shared=float(rho),
+            flea_buffer_classes=buf.labels.sum(0).round().int().tolist(),  # Fig. 7: the classes F(t) holds
+        )
         return buf
 
     # ------------------------------------------------------------------ round hooks
@@ -132,6 +136,8 @@ class FLea(Algorithm):
         beta = torch.as_tensor(rng.beta(self.beta_a, self.beta_a, size=len(y)), dtype=f.dtype, device=f.device)
         f_buf = buf.features[pick].to(memory_format=torch.contiguous_format)
         f_mix, y_mix = feature_mixup(f, F.one_hot(y, ctx.num_classes).to(f.dtype), f_buf, buf.labels[pick], beta)
+        if "flea_batch" not in ctx.round_metrics:  # the round's first augmented batch, for Figs. 7 and 8
+            ctx.round_metrics["flea_batch"] = self.batch_record(ctx, local.client, y_mix, beta)
         loss = soft_cross_entropy(model.head(f_mix), y_mix) + self.lambda_dcor * rho
         if self.lambda_dis:
             teacher = ctx.global_model()
@@ -141,6 +147,18 @@ class FLea(Algorithm):
             kd = distillation(model.head(kd_in), teacher_logits, self.tau, reverse=self.kd == "mixed")
             loss = loss + self.lambda_dis * kd
         return loss
+
+    @staticmethod
+    def batch_record(ctx, client: int, y_mix: torch.Tensor, beta: torch.Tensor) -> dict:
+        """One augmented batch B̃: its client, that client's class counts in D_k, the class mass of the mixed
+        labels ỹ (Fig. 7) and the β_i drawn (Fig. 8). Recorded only: no random draw, no effect on training."""
+        local = torch.bincount(ctx.client_data(client)[1], minlength=ctx.num_classes)
+        return {
+            "client": client,
+            "local_classes": local.tolist(),
+            "mixed_classes": [round(v, 4) for v in y_mix.detach().sum(0).tolist()],
+            "beta": [round(v, 4) for v in beta.tolist()],
+        }
 
     def server_update(self, ctx, model, results):
         """Lines 14–18: this round's clients will extract F(t+1) with θ(t+1); ξ records who exchanged with whom."""

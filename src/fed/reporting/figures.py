@@ -180,3 +180,26 @@ def plot_stage_cost(df, gan_method: str, out: str | Path, title: str) -> None:
 def _value(df, scenario, method, stage) -> float:
     g = df[(df.dataset == scenario[0]) & (df.partition == scenario[1]) & (df.method == method) & (df.stage == stage)]
     return float(g.seconds.iloc[0]) if len(g) else 0.0
+
+
+def plot_flea_batch(df, out: str | Path, title: str) -> None:
+    """FLea Figs. 7 and 8, one row per (dataset, round): class counts of the buffer F(t), of the client's D_k and the
+    class mass of its augmented batch B̃ as grouped bars; β_i of that batch per sample. ``df``: batch_rows' form."""
+    groups = list(dict.fromkeys(zip(df.dataset, df["round"])))
+    fig, axes = plt.subplots(len(groups), 2, figsize=(10, 3.2 * len(groups)), squeeze=False)
+    for (bars, betas), (dataset, r) in zip(axes, groups):
+        g = df[(df.dataset == dataset) & (df["round"] == r)]
+        client = int(g.client.iloc[0])
+        parts = [("buffer", "F(t)"), ("local", f"D_k (client {client})"), ("mixed", "B̃ (soft labels)")]
+        width = 0.8 / len(parts)
+        for i, (what, label) in enumerate(parts):
+            s = g[g.what == what]
+            share = s.value / s.value.sum() if s.value.sum() else s.value  # shares: the three differ in size
+            bars.bar(s["index"] + (i - 1) * width, share, width, label=label)
+        bars.set(title=f"{dataset}, round {r}: classes", xlabel="class", ylabel="share")
+        bars.legend(fontsize=7)
+        b = g[g.what == "beta"]
+        betas.bar(b["index"], b.value, color="tab:gray")
+        betas.set(title=f"β_i of that batch (mean {b.value.mean():.2f})", xlabel="sample", ylabel="β", ylim=(0, 1))
+    _title(fig, title)
+    _save(fig, out)

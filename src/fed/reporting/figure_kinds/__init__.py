@@ -43,6 +43,7 @@ NAMES = (
     "accuracy_curves",
     "dp_samples",
     "dpms_samples",
+    "flea_batch",
     "metric_vs_x",
     "stage_cost",
     "start_round_variance",
