@@ -125,7 +125,27 @@ def test_no_gain_against_a_margin():
     assert no_gain(fig(80.0, 80.2), claim)["verdict"] == SUPPORTED  # +0.2 pp, clearly under the 1 pp margin
     assert no_gain(fig(80.0, 83.0), claim)["verdict"] == CONTRADICTED  # +3 pp: more rounds did help
     assert no_gain(fig(80.0, 81.0, std=2.0), claim)["verdict"] == INCONCLUSIVE
-    assert "gain +0.20 vs margin 1" in no_gain(fig(80.0, 80.2), claim)["evidence"]
+    assert "change +0.20 vs margin +1" in no_gain(fig(80.0, 80.2), claim)["evidence"]
+
+
+def test_small_loss_against_a_margin():
+    from fed.reporting.claims import small_loss
+
+    def fig(low, high, std=0.2):  # FLea's accuracy at lambda2 = 0 and lambda2 = 3, three seeds each
+        return pd.DataFrame(
+            [
+                dict(dataset="fmnist", x=x, seed=s, global_acc=v + d, diverged=False)
+                for x, v in ((0, low), (3, high))
+                for s, d in enumerate((-std, 0.0, std))
+            ]
+        )
+
+    claim = {"x": "x", "metric": "global_acc", "margin": 2.0}
+    assert small_loss(fig(70.0, 69.5), claim)["verdict"] == SUPPORTED  # −0.5 pp: within the 2 pp allowed
+    assert small_loss(fig(70.0, 71.0), claim)["verdict"] == SUPPORTED  # a gain is no loss
+    assert small_loss(fig(70.0, 65.0), claim)["verdict"] == CONTRADICTED  # −5 pp
+    assert small_loss(fig(70.0, 68.0, std=2.0), claim)["verdict"] == INCONCLUSIVE
+    assert "change -0.50 vs margin -2" in small_loss(fig(70.0, 69.5), claim)["evidence"]
 
 
 def test_gap_trend_pairs_seeds_and_picks_the_best_rival_at_each_end():

@@ -42,3 +42,66 @@ def test_metric_vs_x_plots_the_reported_round_or_the_mean_over_rounds(tmp_path, 
     want = {0: 0.8, 3: 0.5} if value == "reported" else {0: 0.8, 3: 0.4}
     assert got.to_dict() == pytest.approx(want)
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_the_decoder_maps_maps_and_vectors_back_to_the_input_shape():
+    import torch
+
+    from fed.attacks import FeatureDecoder
+
+    for shape in [(16, 7, 7), (64,), (16, 16, 86)]:
+        inputs = (2, 64, 344) if shape == (16, 16, 86) else (1, 28, 28)
+        out = FeatureDecoder(shape, inputs, width=8)(torch.zeros(3, *shape))
+        assert tuple(out.shape) == (3, *inputs), shape
+
+
+def test_an_attacker_reconstructs_better_from_features_that_carry_the_input():
+    import torch
+    from torch import nn
+
+    from fed.attacks import reconstruction_curve
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(256, 1, 8, 8, generator=g)
+    carries = reconstruction_curve(nn.Identity(), x, 8, torch.Generator().manual_seed(1), lr=1e-2, width=8)
+    nothing = reconstruction_curve(lambda v: torch.zeros_like(v), x, 8, torch.Generator().manual_seed(1), width=8)
+    assert carries[-1] < 0.5 * carries[0]  # it learns to invert what it is given
+    assert nothing[-1] > 0.9 and carries[-1] < 0.5 * nothing[-1]  # nothing to invert: MSE stays near Var(x) = 1
+
+
+def test_the_reconstruction_figure_attacks_each_cell_s_final_model(synthetic_root, tmp_path):
+    import torch
+
+    from fed.models import build_model
+
+    kind = FIGURE_KINDS["reconstruction_attack"]
+    fig = {
+        "output": "t/fig9c",
+        "preset": "p",
+        "datasets": ["synthetic"],
+        "partitions": ["qua3"],
+        "methods": ["flea_l1_1", "flea"],
+        "x_values": {"flea_l1_1": 0, "flea": 3},
+        "seeds": [0],
+        "samples": 128,
+        "epochs": 2,
+        "width": 8,
+    }
+    cells = kind.cells(fig)
+    files = []
+    for c in cells:
+        torch.manual_seed(0)
+        torch.save(build_model("audionet", 1, 10, 28).state_dict(), tmp_path / f"{c['method']}.pt")
+        rec = {"dataset": "synthetic", "config": {"model": "audionet", "report": "best"}, "diverged": False}
+        rec["best"] = {"global_acc": 50.0 + c["seed"]}
+        (tmp_path / f"{c['method']}.json").write_text(json.dumps(rec))
+        files.append((tmp_path / f"{c['method']}.json", tmp_path / f"{c['method']}.pt"))
+    data = [synthetic_root / "synthetic" / "tensors.pt"] * len(cells)
+    kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption", data=data)
+    df = pd.read_csv(tmp_path / "f.csv")
+    assert df.x.tolist() == [0, 3] and df.global_acc.tolist() == [50.0, 50.0]
+    curves = [json.loads(c) for c in df.curve]
+    assert all(len(c) == 2 for c in curves) and df.mse.tolist() == pytest.approx([c[-1] for c in curves])
+    assert curves[0] == pytest.approx(curves[1])  # the same model and seed: the same attack
+    with pytest.raises(ValueError, match="x_values has no value"):
+        kind.cells({**fig, "x_values": {"flea": 3}})

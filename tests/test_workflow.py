@@ -37,11 +37,12 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     feddpms = 5 * 5 * 3 * 3 + 2 * 3
     # FLea Table 1: 3 datasets x 2 scarcity blocks x 3 partitions x 11 methods x 5 seeds; Figs. 6 and 9 read its cells;
     # Fig. 2: 3 scarcity levels x 5 methods x 5 seeds (CIFAR-10 IID); Figs. 10-11: 12 FLea variants x 5 seeds (the
-    # sweeps' a = 2, lambda1 = 1 with lambda2 = 3 is the table's FLea cell)
-    flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5
+    # sweeps' a = 2, lambda1 = 1 with lambda2 = 3 is the table's FLea cell); Fig. 9(c): lambda2 = 0 on CIFAR-10 Qua(3)
+    flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5
     assert counts["train"] == fedzda + dafl + feddpms + flea
     # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 5, FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
-    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1
+    # + 9(c)
+    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
@@ -61,9 +62,10 @@ def test_flea_quick_config_dry_run(tmp_path):
     out = snakemake(tmp_path, "-n", *quick, "--config", "reference_dir=null").stdout
     counts = job_counts(out)
     # Table 1's CIFAR-10 columns on the Fashion-MNIST stand-in: 2 blocks x 3 partitions x 10 methods (no FedData) x 2
-    # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6, 7-8 and 9(a, b) read table cells
-    assert counts["train"] == 2 * 3 * 10 * 2 and counts["stage"] == 2 * 2 * 3
-    assert counts["table"] == 2 and counts["figure"] == 4 and counts["claims"] == 1 and counts["prepare_data"] == 1
+    # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6, 7-8 and 9(a, b) read table cells,
+    # Fig. 9(c) adds FLea without dCor (Qua(3), |D_k| = 100, 2 seeds)
+    assert counts["train"] == 2 * 3 * 10 * 2 + 2 and counts["stage"] == 2 * 2 * 3
+    assert counts["table"] == 2 and counts["figure"] == 5 and counts["claims"] == 1 and counts["prepare_data"] == 1
     assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "data/cifar10" not in out
     # the measured run's cells are committed: tables, figures and claims rebuild without training or tuning
     committed = json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"]

@@ -102,6 +102,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
             errors.append(f"claim {cname!r}: {claim['kind']} needs `methods` (the candidates)")
         elif claim["kind"] == "margin_count" and not {"margin", "fraction"} <= set(claim):
             errors.append(f"claim {cname!r}: margin_count needs `margin` and `fraction`")
+        elif claim["kind"] in ("no_gain", "small_loss") and not {"x", "margin"} <= set(claim):
+            errors.append(f"claim {cname!r}: {claim['kind']} needs `x` and `margin`")
     if not errors:
         errors += partition_errors(config)
     if errors:

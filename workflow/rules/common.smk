@@ -246,9 +246,11 @@ def figure_inputs(w):
     needs_models = FIGURE_KINDS[
         config["figures"][FIGURES[w.figure]]["kind"]
     ].NEEDS_MODELS
+    needs_data = FIGURE_KINDS[config["figures"][FIGURES[w.figure]]["kind"]].NEEDS_DATA
     return {
         "metrics": [cell_path(**c, committed=not needs_models) for c in cells],
         "models": [cell_path(**c, file="model.pt") for c in cells if needs_models],
+        "data": [f"{DATA}/{c['dataset']}/tensors.pt" for c in cells if needs_data],
         "stages": [
             stage_path(*key, stage)
             for *key, stage in figure_stages(config["figures"][FIGURES[w.figure]])

@@ -25,4 +25,5 @@ kind.draw(
     snakemake.output.png,
     snakemake.output.csv,
     caption,
+    **({"data": list(snakemake.input.data)} if kind.NEEDS_DATA else {}),
 )

@@ -15,6 +15,9 @@ bound such as centralized training is not a rival).
 - ``no_gain``: like ``trend``, but the claim is that ``metric`` does *not* gain more than ``margin`` from the smallest
   to the largest x (FedDPMS: "more preliminary rounds are not needed"). Supported: the gain is significantly below
   the margin (Welch's t against mean + margin); contradicted: significantly above it.
+- ``small_loss``: the converse margin: ``metric`` loses at most ``margin`` from the smallest to the largest x (FLea:
+  "dCor lowers reconstruction quality at little accuracy cost"). Supported: the loss is significantly below the
+  margin; contradicted: significantly above it.
 - ``gap_trend``: in a figure's CSV (one row per seed, ``x`` and ``line`` columns), the gap between the best of
   ``methods`` and the best other line narrows as ``x`` grows: per seed, candidate − rival at the smallest and the
   largest x (the rival: the best other line there by mean), Welch's t on the two sets of gaps.
@@ -118,6 +121,11 @@ def no_gain(df: pd.DataFrame, claim: dict) -> dict:
     return _compare_ends(df, claim, shift=claim["margin"], higher=True)
 
 
+def small_loss(df: pd.DataFrame, claim: dict) -> dict:
+    # small loss: the value at the smallest x minus the margin is lower than at the largest
+    return _compare_ends(df, claim, shift=-claim["margin"], higher=False)
+
+
 def _compare_ends(df: pd.DataFrame, claim: dict, shift: float, higher: bool) -> dict:
     """Per group, "value at the smallest x + ``shift`` is higher (``higher``) or lower than at the largest x"."""
     x, metric = claim["x"], claim["metric"]
@@ -128,7 +136,7 @@ def _compare_ends(df: pd.DataFrame, claim: dict, shift: float, higher: bool) -> 
         p_claim = better(*first, *last, higher=higher)
         p_opposite = better(*first, *last, higher=not higher)
         outcomes.append(SUPPORTED if p_claim < ALPHA else CONTRADICTED if p_opposite < ALPHA else INCONCLUSIVE)
-        gain = f", gain {hi['mean'] - lo['mean']:+.2f} vs margin {shift:g}" if "margin" in claim else ""
+        gain = f", change {hi['mean'] - lo['mean']:+.2f} vs margin {shift:+g}" if "margin" in claim else ""
         evidence.append(
             f"{label}: {metric} at {x}={agg.index[0]:g} {lo['mean']:.2f} vs {x}={agg.index[-1]:g} "
             f"{hi['mean']:.2f}{gain} (p={p_claim:.3g})"
@@ -227,6 +235,7 @@ KINDS = {
     "best_method": best_method,
     "trend": trend,
     "no_gain": no_gain,
+    "small_loss": small_loss,
     "gap_trend": gap_trend,
     "correlation": correlation,
     "margin_count": margin_count,
@@ -271,6 +280,7 @@ TESTS = {
     "best_method": "best candidate vs best other method per dataset/partition, Welch's t one-sided, α = 0.05",
     "trend": "metric at the smallest vs the largest x, Welch's t one-sided, α = 0.05",
     "no_gain": "gain from the smallest to the largest x against the margin, Welch's t one-sided, α = 0.05",
+    "small_loss": "loss from the smallest to the largest x against the margin, Welch's t one-sided, α = 0.05",
     "gap_trend": "per-seed gap to the best other method, smallest vs largest x, Welch's t one-sided, α = 0.05",
     "correlation": "Spearman rank correlation of metric with x across rows, one-sided, α = 0.05",
     "margin_count": "best candidate vs (1 + margin) × best other method per cell, Welch's t one-sided, α = 0.05; "

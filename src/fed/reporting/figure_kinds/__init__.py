@@ -12,7 +12,9 @@ and, where the default (in brackets) does not fit,
   seeds of ``fig["preset"]``];
 - ``stages(fig, methods)``: preparatory stages it reads, as (preset, dataset, partition, seed, Stage), e.g. an oracle
   or the DP-CGANs of configured ``methods`` [none];
-- ``NEEDS_MODELS``: whether ``draw`` reads the cells' ``model.pt``; if not, it draws from committed metrics [False].
+- ``NEEDS_MODELS``: whether ``draw`` reads the cells' ``model.pt``; if not, it draws from committed metrics [False];
+- ``NEEDS_DATA``: whether ``draw`` reads the cells' prepared datasets, passed as ``data`` (one tensors.pt per cell)
+  [False].
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ DEFAULTS = {
     "cells": grid_cells,
     "stages": lambda fig, methods: [],
     "NEEDS_MODELS": False,
+    "NEEDS_DATA": False,
 }
 
 
@@ -45,6 +48,7 @@ NAMES = (
     "dpms_samples",
     "flea_batch",
     "metric_vs_x",
+    "reconstruction_attack",
     "stage_cost",
     "start_round_variance",
     "zsdg_class_accuracy",

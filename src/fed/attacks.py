@@ -1,0 +1,72 @@
+"""Privacy attacks on what a method shares (FLea Sec. 2.4 / 4.4, App. D).
+
+Reconstruction (Fig. 9c): an attacker who holds public data of the task and the shared feature extractor θ[:l]
+trains a decoder from features back to inputs; its training error (MSE) shows how much of the input the features
+still carry. FLea's distance-correlation loss is meant to raise it. The paper's decoder is 4 conv layers trained
+20 epochs with Adam 1e-3 on CIFAR-10's training set.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+class FeatureDecoder(nn.Module):
+    """Features → input: a 3×3 conv, stride-2 transposed convs up to the input's resolution, a 3×3 conv to the
+    input's channels (4 conv layers for a cut at 1/4 resolution, as the paper's); flat features first go through a
+    linear layer to a map at 1/4 of the input's size. Output in the input's (normalised) space."""
+
+    def __init__(self, feature_shape: tuple[int, ...], input_shape: tuple[int, int, int], width: int = 32):
+        super().__init__()
+        channels, height, wide = input_shape
+        if len(feature_shape) == 1:  # a vector: unflatten at 1/4 resolution
+            h, w = math.ceil(height / 4), math.ceil(wide / 4)
+            self.stem = nn.Sequential(nn.Linear(feature_shape[0], width * h * w), nn.Unflatten(1, (width, h, w)))
+            c_in = width
+        else:
+            c_in, h, w = feature_shape
+            self.stem = nn.Identity()
+        ups = max(0, round(math.log2(max(height / h, wide / w))))
+        layers: list[nn.Module] = [nn.Conv2d(c_in, width, 3, padding=1), nn.ReLU()]
+        for _ in range(ups):
+            layers += [nn.ConvTranspose2d(width, width, 4, stride=2, padding=1), nn.ReLU()]
+        layers.append(nn.Conv2d(width, channels, 3, padding=1))
+        self.net, self.size = nn.Sequential(*layers), (height, wide)
+
+    def forward(self, f: torch.Tensor) -> torch.Tensor:
+        x = self.net(self.stem(f))
+        return x if tuple(x.shape[-2:]) == self.size else F.interpolate(x, self.size, mode="bilinear")
+
+
+def reconstruction_curve(
+    extract: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    epochs: int,
+    generator: torch.Generator,
+    lr: float = 1e-3,
+    batch: int = 64,
+    width: int = 32,
+) -> list[float]:
+    """Train a :class:`FeatureDecoder` on (extract(x), x) and return its training MSE per epoch (mean over the
+    epoch's batches). The extractor is only queried, never trained (pass a model's ``features`` in eval mode)."""
+    with torch.no_grad():
+        feats = torch.cat([extract(xb) for xb in x.split(500)])
+    torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
+    decoder = FeatureDecoder(tuple(feats.shape[1:]), tuple(x.shape[1:]), width)
+    opt = torch.optim.Adam(decoder.parameters(), lr=lr)
+    curve = []
+    for _ in range(epochs):
+        total = 0.0
+        for idx in torch.randperm(len(x), generator=generator).split(batch):
+            loss = F.mse_loss(decoder(feats[idx]), x[idx])
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+            total += loss.item() * len(idx)
+        curve.append(total / len(x))
+    return curve
