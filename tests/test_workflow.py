@@ -70,7 +70,7 @@ def test_flea_quick_config_dry_run(tmp_path):
     # the measured run's cells are committed: tables, figures and claims rebuild without training or tuning
     committed = json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"]
     counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
-    assert len(committed) == 120 and "train" not in counts and "stage" not in counts
+    assert len(committed) == 122 and "train" not in counts and "stage" not in counts
 
 
 def test_dafl_quick_config_dry_run(tmp_path):
