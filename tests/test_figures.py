@@ -105,3 +105,52 @@ def test_the_reconstruction_figure_attacks_each_cell_s_final_model(synthetic_roo
     assert curves[0] == pytest.approx(curves[1])  # the same model and seed: the same attack
     with pytest.raises(ValueError, match="x_values has no value"):
         kind.cells({**fig, "x_values": {"flea": 3}})
+
+
+def test_fig3_scores_class_separation_before_and_after_one_local_update(synthetic_root, tmp_path):
+    import torch
+    from sklearn.metrics import davies_bouldin_score
+
+    from fed.data.datasets import load_dataset, load_labels
+    from fed.data.partition import make_partition
+    from fed.models import build_model
+
+    kind = FIGURE_KINDS["feature_separability"]
+    fig = {
+        "sources": {
+            "many": {"preset": "a", "partition": "iid", "method": "fedavg"},
+            "few": {"preset": "b", "partition": "iid", "method": "fedavg"},
+        },
+        "datasets": ["synthetic"],
+        "seeds": [0],
+        "clients": 2,
+        "samples": 100,
+    }
+    cells = kind.cells(fig)
+    labels = load_labels("synthetic", synthetic_root)
+    files = []
+    for c, clients in zip(cells, (4, 20)):
+        part = tmp_path / f"{c['preset']}.json"
+        part.write_text(json.dumps(make_partition(labels, "iid", clients, 0, 0.0)))
+        torch.manual_seed(0)
+        torch.save(build_model("cnn_mnist", 1, 10, 28).state_dict(), tmp_path / f"{c['preset']}.pt")
+        config = {"model": "cnn_mnist", "report": "last", "lr": 0.05, "momentum": 0.0, "optimizer": "sgd"}
+        config |= {"weight_decay": 0.0, "batch_size": 10, "local_epochs": 1}
+        rec = {"dataset": "synthetic", "config": config, "diverged": False, "partition_file": str(part)}
+        (tmp_path / f"{c['preset']}.json_").write_text(json.dumps(rec))
+        files.append((tmp_path / f"{c['preset']}.json_", tmp_path / f"{c['preset']}.pt"))
+    data = [synthetic_root / "synthetic" / "tensors.pt"] * 2
+    kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption", data=data)
+    df = pd.read_csv(tmp_path / "f.csv")
+    # per source: the global model on the test set, then per client global/local on its data and local on test
+    assert len(df) == 2 * (1 + 2 * 3) and set(df.source) == {"many", "few"}
+    model = build_model("cnn_mnist", 1, 10, 28).eval()
+    model.load_state_dict(torch.load(tmp_path / "a.pt"))
+    test = load_dataset("synthetic", synthetic_root, "test")
+    with torch.no_grad():
+        want = davies_bouldin_score(model.embed(test.x[:100]).numpy(), test.y[:100].numpy())
+    got = df[(df.source == "many") & (df.model == "global") & (df.data == "test")].db.item()
+    assert got == pytest.approx(want, rel=1e-5)
+    train = df[(df.data == "train")].pivot_table(index=["source", "client"], columns="model", values="db")
+    assert (train["local"] != train["global"]).all()  # the local update moved the representations
+    assert (tmp_path / "f.png").stat().st_size > 0

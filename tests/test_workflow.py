@@ -41,8 +41,8 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5
     assert counts["train"] == fedzda + dafl + feddpms + flea
     # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 5, FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
-    # + 9(c)
-    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1
+    # + 9(c) + 3
+    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1 + 1
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per

@@ -224,3 +224,26 @@ def plot_reconstruction(df, x_label: str, out: str | Path, title: str) -> None:
         ax.legend(fontsize=7)
     _title(fig, title)
     _save(fig, out)
+
+
+def plot_feature_separability(df, embeddings: dict, out: str | Path, title: str) -> None:
+    """FLea Fig. 3: a t-SNE per source (global model, test set, coloured by class), then the Davies–Bouldin scores:
+    bars per (model, data) and source, mean over clients and seeds (lower = better separated)."""
+    sources = list(embeddings)
+    fig, axes = plt.subplots(1, len(sources) + 1, figsize=(4.2 * (len(sources) + 1), 3.8), squeeze=False)
+    for ax, source in zip(axes[0], sources):
+        xy, y = embeddings[source]
+        ax.scatter(xy[:, 0], xy[:, 1], c=y, cmap="tab10", s=3)
+        ax.set(title=f"t-SNE, {source}", xticks=[], yticks=[])
+    ax = axes[0][-1]
+    groups = [("global", "train"), ("local", "train"), ("global", "test"), ("local", "test")]
+    width = 0.8 / max(len(sources), 1)
+    for i, source in enumerate(sources):
+        g = df[df.source == source].dropna(subset=["db"])
+        means = [g[(g.model == m) & (g.data == d)].db.mean() for m, d in groups]
+        ax.bar(np.arange(len(groups)) + i * width, means, width, label=source)
+    ax.set_xticks(np.arange(len(groups)) + width * (len(sources) - 1) / 2, [f"{m}\n{d}" for m, d in groups])
+    ax.set(ylabel="Davies–Bouldin (lower: separated)", title="class separation of representations")
+    ax.legend(fontsize=7)
+    _title(fig, title)
+    _save(fig, out)

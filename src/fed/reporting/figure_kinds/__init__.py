@@ -46,6 +46,7 @@ NAMES = (
     "accuracy_curves",
     "dp_samples",
     "dpms_samples",
+    "feature_separability",
     "flea_batch",
     "metric_vs_x",
     "reconstruction_attack",
