@@ -154,3 +154,45 @@ def test_fig3_scores_class_separation_before_and_after_one_local_update(syntheti
     train = df[(df.data == "train")].pivot_table(index=["source", "client"], columns="model", values="db")
     assert (train["local"] != train["global"]).all()  # the local update moved the representations
     assert (tmp_path / "f.png").stat().st_size > 0
+
+
+def test_a_context_marker_is_found_in_raw_averages_and_not_where_the_corner_is_erased():
+    import torch
+
+    from fed.attacks import add_marker, context_detection
+
+    x = torch.randn(3000, 1, 12, 12, generator=torch.Generator().manual_seed(0))
+    marked = add_marker(x[:5], 3)
+    assert torch.equal(marked[:, :, 3:, :], x[:5, :, 3:, :]) and (marked[:, :, :3, :3] == x.amax()).all()
+    sizes = [20, 200]
+    seen = context_detection(lambda v: v, x, sizes, torch.Generator().manual_seed(1), marker=3, group=10, test=100)
+    erased = context_detection(
+        lambda v: v[:, :, 3:, :], x, sizes, torch.Generator().manual_seed(1), marker=3, group=10, test=100
+    )
+    assert seen[200] > 0.95  # averages of 10 marked images still carry the square
+    assert erased[200] < 0.7  # a representation without the corner leaves the attacker at chance
+    with pytest.raises(ValueError, match="need 3000"):
+        context_detection(lambda v: v, x[:100], [200], torch.Generator(), group=10, test=100)
+
+
+def test_the_context_figure_attacks_fedmix_averages_once_and_each_flea_cell(synthetic_root, tmp_path):
+    import torch
+
+    from fed.models import build_model
+
+    kind = FIGURE_KINDS["context_attack"]
+    fig = {"preset": "p", "datasets": ["synthetic"], "partitions": ["qua3"], "methods": ["flea", "flea_l1_1"]}
+    fig |= {"seeds": [0], "sizes": [10, 40], "test": 60, "mean_batch": 5, "labels": {"flea": "FLea (λ2 = 3)"}}
+    cells = kind.cells(fig)
+    files = []
+    for c in cells:
+        torch.manual_seed(0)
+        torch.save(build_model("audionet", 1, 10, 28).state_dict(), tmp_path / f"{c['method']}.pt")
+        rec = {"dataset": "synthetic", "config": {"model": "audionet", "report": "best"}, "diverged": False}
+        (tmp_path / f"{c['method']}.json").write_text(json.dumps(rec))
+        files.append((tmp_path / f"{c['method']}.json", tmp_path / f"{c['method']}.pt"))
+    data = [synthetic_root / "synthetic" / "tensors.pt"] * len(cells)
+    kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption", data=data)
+    df = pd.read_csv(tmp_path / "f.csv")
+    assert sorted(set(df.shared)) == ["FLea (λ2 = 3)", "FedMix averages of 5", "flea_l1_1 features"]
+    assert len(df) == 3 * 2 and df.accuracy.between(0, 1).all()

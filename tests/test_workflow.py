@@ -41,8 +41,8 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5
     assert counts["train"] == fedzda + dafl + feddpms + flea
     # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 5, FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
-    # + 9(c) + 3
-    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1 + 1
+    # + 9(c) + 3 + 9(d)
+    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1 + 1 + 1
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
@@ -65,7 +65,7 @@ def test_flea_quick_config_dry_run(tmp_path):
     # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6, 7-8 and 9(a, b) read table cells,
     # Fig. 9(c) adds FLea without dCor (Qua(3), |D_k| = 100, 2 seeds)
     assert counts["train"] == 2 * 3 * 10 * 2 + 2 and counts["stage"] == 2 * 2 * 3
-    assert counts["table"] == 2 and counts["figure"] == 5 and counts["claims"] == 1 and counts["prepare_data"] == 1
+    assert counts["table"] == 2 and counts["figure"] == 6 and counts["claims"] == 1 and counts["prepare_data"] == 1
     assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "data/cifar10" not in out
     # the measured run's cells are committed: tables, figures and claims rebuild without training or tuning
     committed = json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"]

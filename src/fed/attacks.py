@@ -70,3 +70,46 @@ def reconstruction_curve(
             total += loss.item() * len(idx)
         curve.append(total / len(x))
     return curve
+
+
+def add_marker(x: torch.Tensor, size: int) -> torch.Tensor:
+    """Context marker (FLea Sec. 2.4): a ``size``×``size`` square in the top-left corner at each channel's maximum
+    over the batch (a bright, coloured patch in the normalised space)."""
+    out = x.clone()
+    peak = x.amax(dim=(0, 2, 3), keepdim=True)
+    out[..., :size, :size] = peak.expand(len(x), -1, size, size)
+    return out
+
+
+def context_detection(
+    represent: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    sizes: list[int],
+    generator: torch.Generator,
+    marker: int = 4,
+    group: int = 1,
+    test: int = 1000,
+) -> dict[int, float]:
+    """FLea Fig. 9(d): held-out accuracy of a logistic-regression attacker that tells marked from unmarked data, by the
+    number of representations it trains on (``sizes``). Each representation is ``represent`` of the mean of
+    ``group`` images that are all marked or all unmarked (``group`` 10: FedMix's shared averages; 1 with a feature
+    extractor: FLea's shared features). Half the representations are marked."""
+    from sklearn.linear_model import LogisticRegression
+
+    n = max(sizes) + test
+    if n * group > len(x):
+        raise ValueError(f"context attack: {n} representations of {group} images need {n * group}, have {len(x)}")
+    order = torch.randperm(len(x), generator=generator)[: n * group]
+    label = torch.arange(n) % 2  # alternate: every prefix is balanced
+    images = x[order].view(n, group, *x.shape[1:])
+    images = torch.where(
+        label.view(n, 1, 1, 1, 1).bool(), add_marker(images.flatten(0, 1), marker).view_as(images), images
+    )
+    with torch.no_grad():
+        z = torch.cat([represent(b) for b in images.mean(1).split(500)]).flatten(1).numpy()
+    y = label.numpy()
+    scores = {}
+    for m in sizes:
+        attacker = LogisticRegression(max_iter=2000).fit(z[:m], y[:m])
+        scores[m] = float(attacker.score(z[-test:], y[-test:]))
+    return scores

@@ -247,3 +247,28 @@ def plot_feature_separability(df, embeddings: dict, out: str | Path, title: str)
     ax.legend(fontsize=7)
     _title(fig, title)
     _save(fig, out)
+
+
+def plot_context_attack(df, out: str | Path, title: str) -> None:
+    """FLea Fig. 9(d): the detector's held-out accuracy against its training items (log x), one line per kind of
+    shared item, mean ± std over seeds, one panel per dataset."""
+    datasets = list(dict.fromkeys(df.dataset))
+    fig, axes = plt.subplots(1, len(datasets), figsize=(4.6 * len(datasets), 3.6), squeeze=False)
+    for ax, dataset in zip(axes[0], datasets):
+        g = df[df.dataset == dataset]
+        for shared, m in g.groupby("shared", sort=False):
+            stats = m.groupby("n").accuracy.agg(["mean", "std"]).reset_index()
+            ax.errorbar(
+                stats.n,
+                100 * stats["mean"],
+                yerr=100 * stats["std"].fillna(0),
+                marker="o",
+                ms=3,
+                capsize=2,
+                label=shared,
+            )
+        ax.axhline(50, color="grey", lw=0.8, ls=":")
+        ax.set(xscale="log", title=dataset, xlabel="attacker training items", ylabel="marker detection accuracy (%)")
+        ax.legend(fontsize=7)
+    _title(fig, title)
+    _save(fig, out)

@@ -44,6 +44,7 @@ def _kind(module: ModuleType) -> SimpleNamespace:
 
 NAMES = (
     "accuracy_curves",
+    "context_attack",
     "dp_samples",
     "dpms_samples",
     "feature_separability",

@@ -1,0 +1,66 @@
+"""FLea Fig. 9(d): can an attacker tell whether shared data carries a context marker (a bright square)? Held-out
+accuracy of a logistic-regression detector against the number of shared items it trains on, for FedMix's shared
+averages of ``mean_batch`` images and for the cut-layer features of each FLea cell's final global model (mean over
+seeds). The items come from the dataset's training images, half of them marked; the averages' line stops where the
+training set holds no more groups of ``mean_batch`` images."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from fed.reporting.figure_kinds.common import STR
+
+NEEDS_MODELS = True
+NEEDS_DATA = True
+
+KEYS = {
+    "preset": (True, STR),
+    "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
+    "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
+    "labels": (False, {"type": "object", "additionalProperties": STR, "description": "method -> legend label"}),
+    "sizes": (True, {"type": "array", "items": {"type": "integer", "minimum": 2}, "minItems": 1}),
+    "marker": (False, {"type": "integer", "minimum": 1}),
+    "mean_batch": (False, {"type": "integer", "minimum": 2}),
+    "test": (False, {"type": "integer", "minimum": 10}),
+}
+
+
+def attack_rows(fig, cells, files, data) -> pd.DataFrame:
+    from pathlib import Path
+
+    import torch
+
+    from fed.attacks import context_detection
+    from fed.data.datasets import load_dataset
+    from fed.reporting.zsdg_figures import load_cell_model
+
+    sizes, test, marker = fig["sizes"], fig.get("test", 1000), fig.get("marker", 4)
+    group = fig.get("mean_batch", 10)
+    rows, averaged = [], set()
+    for c, (metrics, model_path), tensors in zip(cells, files, data):
+        x = load_dataset(c["dataset"], Path(tensors).parents[1], "train").x
+        base = {k: c[k] for k in ("dataset", "partition", "seed")}
+        if (c["dataset"], c["seed"]) not in averaged:  # FedMix's averages: no model involved
+            averaged.add((c["dataset"], c["seed"]))
+            gen = torch.Generator().manual_seed(c["seed"])
+            fits = [n for n in sizes if (n + test) * group <= len(x)]  # averages use `group` images each
+            scores = context_detection(lambda v: v, x, fits, gen, marker, group, test)
+            rows += [
+                {**base, "shared": f"FedMix averages of {group}", "n": n, "accuracy": a} for n, a in scores.items()
+            ]
+        model, record = load_cell_model(metrics, model_path)
+        if record["diverged"]:
+            continue
+        gen = torch.Generator().manual_seed(c["seed"])
+        scores = context_detection(model.features, x, sizes, gen, marker, 1, test)
+        label = fig.get("labels", {}).get(c["method"], f"{c['method']} features")
+        rows += [{**base, "shared": label, "n": n, "accuracy": a} for n, a in scores.items()]
+    return pd.DataFrame(rows)
+
+
+def draw(fig, cells, files, stages, png, csv, caption, data):
+    from fed.reporting.figures import plot_context_attack
+
+    df = attack_rows(fig, cells, files, data)
+    df.to_csv(csv, index=False)
+    plot_context_attack(df, png, caption)
