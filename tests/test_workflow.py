@@ -10,7 +10,7 @@ import textwrap
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO, snakemake
+from conftest import REPO, snakemake, write_yaml
 
 from fed.tracking import init_store
 
@@ -374,3 +374,11 @@ def test_tables_rebuild_from_committed_reference_metrics_without_training(smoke_
     shutil.rmtree(reference / "runs/smoke/synthetic/unimodal/fedavg/seed0")
     counts = job_counts(snakemake(fresh, "-n", "reports/tables/fedzda/table1.csv", *args).stdout)
     assert counts["train"] == 1
+    # a committed cell run with other settings than the config now gives it is stale: recomputed, and said so
+    shares = {"partitions": {"multimodal": {"shares": [0.4, 0.3, 0.15, 0.1, 0.05]}}}
+    changed = write_yaml(tmp_path / "changed.yaml", shares)
+    over = ("--configfile", str(REPO / "config/smoke.yaml"), str(changed), "--config", f"reference_dir={reference}")
+    proc = snakemake(fresh, "-n", "reports/tables/fedzda/table1.csv", *over)
+    stale = [line for line in proc.stderr.splitlines() if "was run with other partition" in line]
+    assert len(stale) == 5 * 2 and all("/multimodal/" in line for line in stale)  # 5 methods x 2 seeds
+    assert job_counts(proc.stdout)["train"] == 1 + 5 * 2

@@ -107,13 +107,18 @@ def export_reference(results: Path, reference: Path) -> list[str]:
     that ran them. Returns the cells, as paths relative to ``runs/``."""
     import shutil
 
+    from fed.runner import partition_spec
     from fed.tracking import git_commit
 
     cells = sorted(str(m.parent.relative_to(results / "runs")) for m in (results / "runs").glob("**/metrics.json"))
     for cell in cells:
         (reference / "runs" / cell).mkdir(parents=True, exist_ok=True)
-        for name in ("metrics.json", "history.csv"):
-            shutil.copyfile(results / "runs" / cell / name, reference / "runs" / cell / name)
+        shutil.copyfile(results / "runs" / cell / "history.csv", reference / "runs" / cell / "history.csv")
+        record = json.loads((results / "runs" / cell / "metrics.json").read_text())
+        part = results.parent / record["partition_file"]
+        if "partition" not in record and part.exists():  # cells run before metrics.json recorded it
+            record["partition"] = partition_spec(part)
+        (reference / "runs" / cell / "metrics.json").write_text(json.dumps(record, indent=1))
     manifest = reference / "MANIFEST.json"
     old = json.loads(manifest.read_text()) if manifest.exists() else {"cells": {}}
     commit = git_commit(results)

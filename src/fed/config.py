@@ -53,6 +53,15 @@ class FLConfig:
     )
 
     @classmethod
+    def defaults(cls) -> dict[str, Any]:
+        """Every field that has a default, with it."""
+        return {
+            f.name: f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        }
+
+    @classmethod
     def from_preset(cls, preset: dict[str, Any], dataset: str, name: str = "preset") -> FLConfig:
         """Build from a config preset (``base`` already resolved); ``model`` may be a per-dataset mapping. Every
         protocol key must be stated, every value must have its field's type."""

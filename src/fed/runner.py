@@ -67,6 +67,12 @@ def make_engine(
     )
 
 
+def partition_spec(partition_file: str | Path) -> dict:
+    """The scheme and parameters a partition file was made with."""
+    part = json.loads(Path(partition_file).read_text())
+    return {k: part[k] for k in ("scheme", "params", "num_clients", "local_test_fraction") if k in part}
+
+
 def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, seed: int) -> str:
     return f"{dataset}/{Path(partition_file).parent.name}/{method.name}/seed{seed}"
 
@@ -304,6 +310,7 @@ def run_cell(
         record = {
             "dataset": dataset,
             "partition_file": str(partition_file),
+            "partition": partition_spec(partition_file),  # what a committed copy of this cell is checked against
             "seed": seed,
             "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
             "config": cfg.to_dict(),

@@ -1,7 +1,9 @@
 # Config validation and grid expansion. Every cell is keyed by what changes its result; two tables or
 # figures that need the same cell share one training job.
 import collections
+import functools
 import itertools
+import json
 import sys
 from pathlib import Path
 
@@ -14,7 +16,8 @@ sys.path.insert(
 from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.reporting.claims import claim_sources as claim_source_names
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
-from fed.config import MethodSpec, resolve_preset, sweep_variants, with_papers
+from fed.config import FLConfig, MethodSpec, resolve_preset, sweep_variants, with_papers
+from fed.reference import stale_reasons
 from fed.stages import Stage
 from fed.validate import check_config
 from fed.tracking import default_uri
@@ -67,9 +70,42 @@ def cell_path(
     with committed=False: a figure that reads a cell's model reads the metrics of that same run).
     """
     rel = f"runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/{file}"
-    if committed and REFERENCE and (Path(REFERENCE) / rel).exists():
+    if (
+        committed
+        and REFERENCE
+        and reference_is_current(preset, dataset, partition, method, seed)
+    ):
         return str(Path(REFERENCE) / rel)
     return f"{RESULTS}/{rel}"
+
+
+@functools.cache
+def reference_is_current(preset_name, dataset, partition, method, seed):
+    """Whether `reference_dir` holds this cell, run with the settings the config now gives it; a stale copy is
+    reported once and the cell recomputed."""
+    path = (
+        Path(REFERENCE)
+        / f"runs/{preset_name}/{dataset}/{partition}/{method}/seed{seed}/metrics.json"
+    )
+    if not path.exists():
+        return False
+    spec = MethodSpec.from_config(method, config["methods"][method])
+    reasons = stale_reasons(
+        json.loads(path.read_text()),
+        FLConfig.from_preset(preset(preset_name), dataset, preset_name).to_dict(),
+        spec.algorithm,
+        spec.params,
+        config["partitions"][partition],
+        FLConfig.defaults(),
+        spec.tune,
+    )
+    if reasons:
+        print(
+            f"reference cell {path.parent} was run with other {', '.join(reasons)} than the config gives it:"
+            " it is recomputed",
+            file=sys.stderr,
+        )
+    return not reasons
 
 
 def table_cells(exp):

@@ -1,0 +1,57 @@
+"""Committed reference cells (``reference_dir``): the metrics of finished runs, from which tables and figures rebuild
+without training. A committed cell stands for the current config only while it was run with the config's settings;
+``stale_reasons`` says what differs, and the workflow then recomputes the cell instead of reading it."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+# settings that change no number of a cell: labels, where checkpoints go and how often
+NEUTRAL = {"note", "reduction", "checkpoint_every", "device"}
+
+
+def _plain(value: Any) -> Any:
+    """The value as metrics.json stores it: tuples as lists, NaN and infinities as null (``fed.runner``)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
+
+
+def stale_reasons(
+    record: dict,
+    config: dict,
+    algorithm: str,
+    method_params: dict,
+    partition_spec: dict,
+    defaults: dict | None = None,
+    tune: dict | None = None,
+) -> list[str]:
+    """What differs between a committed cell's ``metrics.json`` record and the cell the config asks for: its FL
+    settings (``FLConfig.to_dict()``; a setting the record predates counts as its default, ``defaults``), its method
+    (algorithm, parameters) and its partition (scheme and parameters; cells exported before partitions were
+    recorded are not checked on it). Empty: the cell is current."""
+    reasons = []
+    recorded = {**_plain(defaults or {}), **_plain(record.get("config", {}))}
+    wanted = _plain(config)
+    keys = (recorded.keys() | wanted.keys()) - NEUTRAL
+    if changed := sorted(k for k in keys if recorded.get(k) != wanted.get(k)):
+        reasons.append(f"settings {changed}")
+    method, tuning = record.get("method", {}), record.get("tuning")
+    params = dict(method.get("params", {}))
+    if tuning:  # a tuned cell records the point it chose beside the configured parameters
+        for key in tuning["tune"]["grid"]:
+            params.pop(key, None)
+    if method.get("algorithm") != algorithm or _plain(params) != _plain(method_params):
+        reasons.append("method parameters")
+    if _plain(tuning["tune"] if tuning else None) != _plain(tune):
+        reasons.append("tuning")
+    if (part := record.get("partition")) is not None:
+        spec = {k: v for k, v in partition_spec.items() if k != "scheme"}
+        if part.get("scheme") != partition_spec.get("scheme") or _plain(part.get("params")) != _plain(spec):
+            reasons.append("partition")
+    return reasons
