@@ -36,3 +36,25 @@ def test_swept_method_shows_the_variant_best_on_held_out_client_data_not_on_the_
     )
     row = table.iloc[0]
     assert row["ours_mean"] == 61.0 and row["variant"] == "fedprox-mu0.1 (best local_acc_mean of 2)"
+
+
+def test_the_privacy_ledger_lists_what_left_the_clients_per_method(tmp_path):
+    import json
+
+    from fed.reporting.tables import privacy_table
+
+    ledgers = {
+        ("fedavg", 0): {},
+        ("feddpms", 0): {"decoders": 10, "noisy_latent_means": 500, "epsilon_exact": 20.0, "delta": 0.01},
+        ("feddpms", 1): {"decoders": 10, "noisy_latent_means": 600, "epsilon_exact": 27.8, "delta": 0.01},
+        ("dafl", 0): {"generated_samples": 60, "epsilon_gan": "inf", "delta": 1e-5},
+    }
+    cells = []
+    for (method, seed), shared in ledgers.items():
+        path = tmp_path / f"{method}{seed}.json"
+        path.write_text(json.dumps({"shared": shared}))
+        cells.append(dict(dataset="fmnist", partition="dir0.1", method=method, seed=seed, path=path))
+    df = privacy_table(cells).set_index("method")
+    assert list(df.index) == ["fedavg", "feddpms", "dafl"]
+    assert df.loc["feddpms", "noisy_latent_means"] == 600 and df.loc["feddpms", "epsilon_exact"] == 27.8  # largest
+    assert df.loc["dafl", "epsilon_gan"] == "inf" and pd.isna(df.loc["fedavg", "decoders"])  # FedAvg shares nothing

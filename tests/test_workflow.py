@@ -188,6 +188,10 @@ def test_smoke_run_feddpms_end_to_end(smoke_run):
     assert ledger["epsilon_classical_per_release"] == pytest.approx(0.7769, abs=1e-4)
     assert ledger["epsilon_exact"] >= ledger["epsilon_exact_per_release"] > 0 and "raw_samples" not in ledger
     assert (tmp_path / "reports/figures/feddpms/samples.png").stat().st_size > 5000
+    privacy = pd.read_csv(tmp_path / "reports/tables/feddpms/privacy_smoke_dpms.csv")
+    dpms = privacy[privacy.method == "feddpms"]
+    assert (dpms.decoders == 10).all() and (dpms.epsilon_classical_per_release.round(4) == 0.7769).all()
+    assert privacy[privacy.method == "fedavg"].decoders.isna().all()  # FedAvg shares only model updates
 
 
 @pytest.mark.slow

@@ -315,6 +315,7 @@ def table_outputs():
     costs = {(e["paper"], e["preset"]) for e in config["tables"].values()}
     tables = [f"{REPORTS}/tables/{t}" for t in TABLES]
     tables += [f"{REPORTS}/tables/{paper}/costs_{p}" for paper, p in sorted(costs)]
+    tables += [f"{REPORTS}/tables/{paper}/privacy_{p}" for paper, p in sorted(costs)]
     tables += [f"{REPORTS}/tables/{paper}/claims" for paper in sorted(CLAIM_PAPERS)]
     summary = [f"{REPORTS}/summary.{ext}" for ext in ("rst", "md", "html")]
     return [f"{t}.{ext}" for t in tables for ext in ("csv", "md", "html")] + summary

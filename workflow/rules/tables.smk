@@ -37,7 +37,8 @@ rule table:
 
 
 rule costs:
-    """Wall time and generation time of every method of a paper's tables, relative to FedAvg."""
+    """Wall time and generation time of every method of a paper's tables, relative to FedAvg; and their privacy
+    ledger (what left the clients, and the guarantees stated for it)."""
     input:
         lambda w: [cell_path(**c) for c in cost_cells(w.paper, w.preset)],
     output:
@@ -46,6 +47,14 @@ rule costs:
         html=report(
             f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.html",
             caption="../report/costs.rst",
+            category="Tables",
+            subcategory="{paper}",
+        ),
+        privacy_csv=f"{REPORTS}/tables/{{paper}}/privacy_{{preset}}.csv",
+        privacy_md=f"{REPORTS}/tables/{{paper}}/privacy_{{preset}}.md",
+        privacy_html=report(
+            f"{REPORTS}/tables/{{paper}}/privacy_{{preset}}.html",
+            caption="../report/privacy.rst",
             category="Tables",
             subcategory="{paper}",
         ),

@@ -339,3 +339,29 @@ def cost_table(cells: list[dict]) -> pd.DataFrame:
         row.wall_seconds / base.get((row.dataset, row.partition), math.nan) for row in df.itertuples()
     ]
     return df.round(2)
+
+
+LEDGER_NOTES = {
+    "epsilon_classical_per_release": "FedDPMS slides' bound ε = √(2 ln(1.25/δ))/σ (for σ = 4, δ = 0.01: 0.78, not the "
+    "slides' stated 0.5)",
+    "epsilon_exact_per_release": "analytic Gaussian mechanism, one release (for σ = 4, δ = 0.01: 0.36)",
+    "epsilon_exact": "every noisy draw of a class mean composed (the attempts a donor needed to keep its quota)",
+}
+
+
+def privacy_table(cells: list[dict]) -> pd.DataFrame:
+    """What left the clients per (dataset, partition, method) — the privacy ledger of each run's ``metrics.json``
+    (``shared``: counts of what was shared, and the guarantees stated for it: ε, δ, clipping), mean over seeds;
+    a guarantee that differs between seeds shows its largest value. Methods that share nothing but model updates
+    have an empty ledger."""
+    rows = []
+    for cell in cells:
+        shared = json.loads(Path(cell["path"]).read_text()).get("shared", {})
+        rows.append({**{k: cell[k] for k in ("dataset", "partition", "method")}, **shared})
+    df = pd.DataFrame(rows)
+    keys = ["dataset", "partition", "method"]
+    entries = [c for c in df.columns if c not in keys]
+    numeric = {c: "max" for c in entries if pd.api.types.is_numeric_dtype(df[c])}
+    other = {c: "first" for c in entries if c not in numeric}  # "inf": no noise
+    out = df.groupby(keys, sort=False).agg({**numeric, **other}).reset_index() if entries else df.drop_duplicates()
+    return out[keys + entries].round(4)
