@@ -163,7 +163,7 @@ def test_a_context_marker_is_found_in_raw_averages_and_not_where_the_corner_is_e
 
     x = torch.randn(3000, 1, 12, 12, generator=torch.Generator().manual_seed(0))
     marked = add_marker(x[:5], 3)
-    assert torch.equal(marked[:, :, 3:, :], x[:5, :, 3:, :]) and (marked[:, :, :3, :3] == x.amax()).all()
+    assert torch.equal(marked[:, :, 3:, :], x[:5, :, 3:, :]) and (marked[:, :, :3, :3] == x[:5].amax()).all()
     sizes = [20, 200]
     seen = context_detection(lambda v: v, x, sizes, torch.Generator().manual_seed(1), marker=3, group=10, test=100)
     erased = context_detection(
