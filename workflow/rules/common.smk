@@ -73,6 +73,9 @@ def cell_path(
     if (
         committed
         and REFERENCE
+        and (
+            Path(REFERENCE) / rel
+        ).exists()  # metrics and history are committed, never model weights
         and reference_is_current(preset, dataset, partition, method, seed)
     ):
         return str(Path(REFERENCE) / rel)
