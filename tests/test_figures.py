@@ -13,6 +13,24 @@ def record(report: str, history: list[dict]) -> dict:
     return {"config": {"report": report}, "best": best, "last": history[-1], "history": history, "diverged": False}
 
 
+def audionet_cells(cells, tmp_path, root):
+    """One trained-looking cell per method: the same AudioNet (seed 0) and a record with best accuracy 50 + seed;
+    returns the (metrics, model) files and the prepared synthetic data, per cell."""
+    import torch
+
+    from fed.models import build_model
+
+    files = []
+    for c in cells:
+        torch.manual_seed(0)
+        torch.save(build_model("audionet", 1, 10, 28).state_dict(), tmp_path / f"{c['method']}.pt")
+        rec = {"dataset": "synthetic", "config": {"model": "audionet", "report": "best"}, "diverged": False}
+        rec["best"] = {"global_acc": 50.0 + c["seed"]}
+        (tmp_path / f"{c['method']}.json").write_text(json.dumps(rec))
+        files.append((tmp_path / f"{c['method']}.json", tmp_path / f"{c['method']}.pt"))
+    return files, [root / "synthetic" / "tensors.pt"] * len(cells)
+
+
 @pytest.mark.parametrize("value", ["reported", "mean_over_rounds"])
 def test_metric_vs_x_plots_the_reported_round_or_the_mean_over_rounds(tmp_path, value):
     kind = FIGURE_KINDS["metric_vs_x"]
@@ -70,9 +88,6 @@ def test_an_attacker_reconstructs_better_from_features_that_carry_the_input():
 
 
 def test_the_reconstruction_figure_attacks_each_cell_s_final_model(synthetic_root, tmp_path):
-    import torch
-
-    from fed.models import build_model
 
     kind = FIGURE_KINDS["reconstruction_attack"]
     fig = {
@@ -88,15 +103,7 @@ def test_the_reconstruction_figure_attacks_each_cell_s_final_model(synthetic_roo
         "width": 8,
     }
     cells = kind.cells(fig)
-    files = []
-    for c in cells:
-        torch.manual_seed(0)
-        torch.save(build_model("audionet", 1, 10, 28).state_dict(), tmp_path / f"{c['method']}.pt")
-        rec = {"dataset": "synthetic", "config": {"model": "audionet", "report": "best"}, "diverged": False}
-        rec["best"] = {"global_acc": 50.0 + c["seed"]}
-        (tmp_path / f"{c['method']}.json").write_text(json.dumps(rec))
-        files.append((tmp_path / f"{c['method']}.json", tmp_path / f"{c['method']}.pt"))
-    data = [synthetic_root / "synthetic" / "tensors.pt"] * len(cells)
+    files, data = audionet_cells(cells, tmp_path, synthetic_root)
     kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption", data=data)
     df = pd.read_csv(tmp_path / "f.csv")
     assert df.x.tolist() == [0, 3] and df.global_acc.tolist() == [50.0, 50.0]
@@ -176,22 +183,12 @@ def test_a_context_marker_is_found_in_raw_averages_and_not_where_the_corner_is_e
 
 
 def test_the_context_figure_attacks_fedmix_averages_once_and_each_flea_cell(synthetic_root, tmp_path):
-    import torch
-
-    from fed.models import build_model
 
     kind = FIGURE_KINDS["context_attack"]
     fig = {"preset": "p", "datasets": ["synthetic"], "partitions": ["qua3"], "methods": ["flea", "flea_l1_1"]}
     fig |= {"seeds": [0], "sizes": [10, 40], "test": 60, "mean_batch": 5, "labels": {"flea": "FLea (λ2 = 3)"}}
     cells = kind.cells(fig)
-    files = []
-    for c in cells:
-        torch.manual_seed(0)
-        torch.save(build_model("audionet", 1, 10, 28).state_dict(), tmp_path / f"{c['method']}.pt")
-        rec = {"dataset": "synthetic", "config": {"model": "audionet", "report": "best"}, "diverged": False}
-        (tmp_path / f"{c['method']}.json").write_text(json.dumps(rec))
-        files.append((tmp_path / f"{c['method']}.json", tmp_path / f"{c['method']}.pt"))
-    data = [synthetic_root / "synthetic" / "tensors.pt"] * len(cells)
+    files, data = audionet_cells(cells, tmp_path, synthetic_root)
     kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption", data=data)
     df = pd.read_csv(tmp_path / "f.csv")
     assert sorted(set(df.shared)) == ["FLea (λ2 = 3)", "FedMix averages of 5", "flea_l1_1 features"]

@@ -11,14 +11,15 @@ from typing import Any
 NEUTRAL = {"note", "reduction", "checkpoint_every", "device"}
 
 
-def _plain(value: Any) -> Any:
-    """The value as metrics.json stores it: tuples as lists, NaN and infinities as null (``fed.runner``)."""
+def json_safe(value: Any) -> Any:
+    """The value as metrics.json stores it (strict JSON): tuples as lists, NaN and infinities (a diverged run's
+    metrics, an infinite ε) as null."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
+        return {str(k): json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_plain(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
@@ -36,8 +37,8 @@ def stale_reasons(
     (algorithm, parameters) and its partition (scheme and parameters; cells exported before partitions were
     recorded are not checked on it). Empty: the cell is current."""
     reasons = []
-    recorded = {**_plain(defaults or {}), **_plain(record.get("config", {}))}
-    wanted = _plain(config)
+    recorded = {**json_safe(defaults or {}), **json_safe(record.get("config", {}))}
+    wanted = json_safe(config)
     keys = (recorded.keys() | wanted.keys()) - NEUTRAL
     if changed := sorted(k for k in keys if recorded.get(k) != wanted.get(k)):
         reasons.append(f"settings {changed}")
@@ -46,12 +47,12 @@ def stale_reasons(
     if tuning:  # a tuned cell records the point it chose beside the configured parameters
         for key in tuning["tune"]["grid"]:
             params.pop(key, None)
-    if method.get("algorithm") != algorithm or _plain(params) != _plain(method_params):
+    if method.get("algorithm") != algorithm or json_safe(params) != json_safe(method_params):
         reasons.append("method parameters")
-    if _plain(tuning["tune"] if tuning else None) != _plain(tune):
+    if json_safe(tuning["tune"] if tuning else None) != json_safe(tune):
         reasons.append("tuning")
     if (part := record.get("partition")) is not None:
         spec = {k: v for k, v in partition_spec.items() if k != "scheme"}
-        if part.get("scheme") != partition_spec.get("scheme") or _plain(part.get("params")) != _plain(spec):
+        if part.get("scheme") != partition_spec.get("scheme") or json_safe(part.get("params")) != json_safe(spec):
             reasons.append("partition")
     return reasons

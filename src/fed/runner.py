@@ -26,6 +26,7 @@ from fed.data.partition import validation_split
 from fed.dpgan import PSGSettings, to_gan_space, train_psg
 from fed.engine import Engine, resolve_device
 from fed.metrics import LOWER_IS_BETTER
+from fed.reference import json_safe
 from fed.stages import Stage
 
 
@@ -120,7 +121,7 @@ def run_centralized_model(job: StageJob) -> None:
         "model": run.cfg.model,
         "dataset": job.dataset,
         "diverged": summary["diverged"],
-        "last": _json_safe(summary["last"]),
+        "last": json_safe(summary["last"]),
     }
     torch.save(record, job.out)
 
@@ -241,17 +242,6 @@ def run_stage(
     STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress))
 
 
-def _json_safe(obj):
-    """NaN/inf (a diverged run's metrics) as null: metrics files are strict JSON."""
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    if isinstance(obj, dict):
-        return {k: _json_safe(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_json_safe(v) for v in obj]
-    return obj
-
-
 def run_cell(
     cfg: FLConfig,
     method: MethodSpec,
@@ -319,7 +309,7 @@ def run_cell(
             **summary,
         }
         tmp = out / "metrics.json.tmp"
-        tmp.write_text(json.dumps(_json_safe(record), indent=1, allow_nan=False))
+        tmp.write_text(json.dumps(json_safe(record), indent=1, allow_nan=False))
         scalar_history = [
             {k: v for k, v in row.items() if not isinstance(v, (list, dict))} for row in summary["history"]
         ]

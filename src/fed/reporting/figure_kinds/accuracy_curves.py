@@ -9,15 +9,11 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR
+from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS, STR
 
 KEYS = {
-    "preset": (True, STR),
-    "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
-    # configured method names, sweep variants included (e.g. fedprox_best-mu0.01); a name equal to another
-    # method's spec reads that method's cell
-    "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
-    "labels": (False, {"type": "object", "additionalProperties": STR, "description": "method -> legend label"}),
+    **GRID_KEYS,  # a method name equal to another method's spec reads that method's cell
+    "labels": LABELS,
     "metric": (False, {**STR, "description": "history column to plot (default global_acc)"}),
 }
 

@@ -22,6 +22,13 @@ COMMON_KEYS = {
 }
 
 
+STRINGS = {"type": "array", "items": STR, "minItems": 1}
+# the keys of a kind that reads the grid datasets × partitions × methods × seeds of one preset (``grid_cells``);
+# methods are configured names, sweep variants included (e.g. fedprox_best-mu0.01)
+GRID_KEYS = {"preset": (True, STR), "partitions": (True, STRINGS), "methods": (True, STRINGS)}
+LABELS = (False, {"type": "object", "additionalProperties": STR, "description": "line -> legend label"})
+
+
 def cell(preset: str, dataset: str, partition: str, method: str, seed: int) -> dict:
     return dict(preset=preset, dataset=dataset, partition=partition, method=method, seed=seed)
 

@@ -8,16 +8,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR
+from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS
 
 NEEDS_MODELS = True
 NEEDS_DATA = True
 
 KEYS = {
-    "preset": (True, STR),
-    "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
-    "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
-    "labels": (False, {"type": "object", "additionalProperties": STR, "description": "method -> legend label"}),
+    **GRID_KEYS,
+    "labels": LABELS,
     "sizes": (True, {"type": "array", "items": {"type": "integer", "minimum": 2}, "minItems": 1}),
     "marker": (False, {"type": "integer", "minimum": 1}),
     "mean_batch": (False, {"type": "integer", "minimum": 2}),

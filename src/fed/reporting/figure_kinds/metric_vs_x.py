@@ -11,17 +11,15 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR, grid_cells
+from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS, STR, grid_cells
 
 KEYS = {
-    "preset": (True, STR),
-    "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
-    "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
+    **GRID_KEYS,
     "x_of": (False, {"enum": ["partition", "method"]}),
     "x_values": (True, {"type": "object", "additionalProperties": {"type": "number"}, "description": "name -> x"}),
     "x_label": (False, STR),
     "metric": (False, STR),
-    "labels": (False, {"type": "object", "additionalProperties": STR, "description": "line -> legend label"}),
+    "labels": LABELS,
     "value": (False, {"enum": ["reported", "mean_over_rounds"]}),
 }
 

@@ -10,15 +10,13 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import STR, grid_cells
+from fed.reporting.figure_kinds.common import GRID_KEYS, STR, grid_cells
 
 NEEDS_MODELS = True
 NEEDS_DATA = True
 
 KEYS = {
-    "preset": (True, STR),
-    "partitions": (True, {"type": "array", "items": STR, "minItems": 1}),
-    "methods": (True, {"type": "array", "items": STR, "minItems": 1}),
+    **GRID_KEYS,
     "x_values": (True, {"type": "object", "additionalProperties": {"type": "number"}, "description": "method -> x"}),
     "x_label": (False, STR),
     "samples": (False, {"type": "integer", "minimum": 64}),
