@@ -59,6 +59,7 @@ def test_metric_vs_x_plots_the_reported_round_or_the_mean_over_rounds(tmp_path, 
     got = pd.read_csv(tmp_path / "f.csv").set_index("x")["flea_dcor_shared"]
     want = {0: 0.8, 3: 0.5} if value == "reported" else {0: 0.8, 3: 0.4}
     assert got.to_dict() == pytest.approx(want)
+    assert set(pd.read_csv(tmp_path / "f.csv").report) == {"best" if value == "reported" else value}
     assert (tmp_path / "f.png").stat().st_size > 0
 
 

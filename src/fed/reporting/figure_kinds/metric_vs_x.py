@@ -54,7 +54,7 @@ def draw(fig, cells, files, stages, png, csv, caption):
                 **{k: c[k] for k in ("dataset", "partition", "method", "seed")},
                 "x": fig["x_values"][c[x_of]],
                 "line": fig.get("labels", {}).get(c[line_of], c[line_of]),
-                "value": rec["config"]["report"] if value == "reported" else value,
+                "report": rec["config"]["report"] if value == "reported" else value,
                 metric: cell_value(rec, metric, value),
                 "diverged": rec["diverged"],
             }
