@@ -10,9 +10,7 @@ the last layer). FLea's ``--layer 0`` — the first inverted-residual block, 16x
 from __future__ import annotations
 
 import torch
-import torchvision
 from torch import nn
-from torchvision.ops.misc import Conv2dNormActivation
 
 from fed.models.base import SplitModel
 
@@ -29,6 +27,9 @@ CIFAR_SETTING = [
 
 class MobileNetV2(SplitModel):
     def __init__(self, in_channels: int = 3, num_classes: int = 10, image_size: int = 32, cut: int | None = None):
+        import torchvision  # here, not at module level: importing torchvision costs every job ~2 s
+        from torchvision.ops.misc import Conv2dNormActivation
+
         super().__init__()
         net = torchvision.models.MobileNetV2(
             num_classes=num_classes, inverted_residual_setting=CIFAR_SETTING, dropout=0.0

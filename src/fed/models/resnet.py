@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import torch
-import torchvision
 from torch import nn
 
 from fed.models.base import SplitModel
@@ -16,6 +15,8 @@ class ResNet(SplitModel):
     cut_layer = "net.avgpool"
 
     def __init__(self, depth: int, in_channels: int = 3, num_classes: int = 10, image_size: int = 32):
+        import torchvision  # here, not at module level: importing torchvision costs every job ~2 s
+
         super().__init__()
         net = getattr(torchvision.models, f"resnet{depth}")(weights=None, num_classes=num_classes)
         if image_size <= 64:
