@@ -63,6 +63,42 @@ def test_metric_vs_x_plots_the_reported_round_or_the_mean_over_rounds(tmp_path, 
     assert (tmp_path / "f.png").stat().st_size > 0
 
 
+def test_metric_vs_x_draws_series_of_methods_and_a_reference_band(tmp_path):
+    """FLea Fig. 6 (right): FedMix and FLea as two lines over the proportion of shared augmentations; Fig. 10: FedAvg
+    as a reference band beside the Beta(a, a) sweep, with the densities in a first panel."""
+    kind = FIGURE_KINDS["metric_vs_x"]
+    fig = {
+        "output": "t/fig6",
+        "preset": "p",
+        "datasets": ["d"],
+        "partitions": ["qua3"],
+        "methods": ["fedmix_s0.5", "fedmix", "flea_s0.05", "flea"],
+        "seeds": [0, 1],
+        "x_of": "method",
+        "x_values": {"fedmix_s0.5": 0.05, "fedmix": 0.1, "flea_s0.05": 0.05, "flea": 0.1},
+        "series": {"fedmix_s0.5": "FedMix", "fedmix": "FedMix", "flea_s0.05": "FLea", "flea": "FLea"},
+        "reference": "fedavg",
+        "x_density": "beta_symmetric",
+    }
+    cells = kind.cells(fig)
+    assert [c["method"] for c in cells[-2:]] == ["fedavg", "fedavg"] and len(cells) == 10
+    acc = {"fedmix_s0.5": 40, "fedmix": 45, "flea_s0.05": 50, "flea": 55, "fedavg": 30}
+    files = []
+    for c in cells:
+        path = tmp_path / f"{c['method']}-{c['seed']}.json"
+        path.write_text(json.dumps(record("best", [{"round": 1, "global_acc": acc[c["method"]] + c["seed"]}])))
+        files.append((path, None))
+    kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption")
+    df = pd.read_csv(tmp_path / "f.csv")
+    sweep = df[df.role == "sweep"].groupby(["line", "x"]).global_acc.mean().to_dict()
+    assert sweep == {("FedMix", 0.05): 40.5, ("FedMix", 0.1): 45.5, ("FLea", 0.05): 50.5, ("FLea", 0.1): 55.5}
+    reference = df[df.role == "reference"]
+    assert list(reference.global_acc) == [30, 31] and reference.x.isna().all() and set(reference.line) == {"fedavg"}
+    assert (tmp_path / "f.png").stat().st_size > 0
+    with pytest.raises(ValueError, match="series"):
+        kind.cells({**fig, "series": {"fedmix": "FedMix"}})
+
+
 def test_the_decoder_maps_maps_and_vectors_back_to_the_input_shape():
     import torch
 

@@ -255,3 +255,42 @@ def test_the_batch_record_of_figs_7_and_8_is_the_round_s_first_augmented_batch(s
     assert df[df.what == "beta"].value.tolist() == pytest.approx(batch["beta"]) and (tmp_path / "f.png").exists()
     with pytest.raises(ValueError, match="round 1 .* no FLea batch record"):
         kind.draw({"rounds": [1]}, [], [(tmp_path / "m.json", None)], [], tmp_path / "g.png", tmp_path / "g.csv", "t")
+
+
+def test_fedmix_shares_the_means_of_a_fraction_of_each_client_s_samples(synthetic_root, partition):
+    """Fig. 6 (right) needs FedMix at smaller proportions of shared augmentations: ``share_fraction`` averages
+    ⌈fraction·|D_k|⌉ random samples of each client in groups of M = 10; at 1, all of them (FedMix)."""
+
+    def shared(**params):
+        eng = Engine(
+            CFG,
+            build_algorithm("fedmix", **params),
+            load_dataset("synthetic", synthetic_root, "train"),
+            load_dataset("synthetic", synthetic_root, "test"),
+            partition,
+            0,
+            progress=None,
+        )
+        eng.algorithm.setup(eng.ctx)
+        return eng.algorithm, eng.ctx
+
+    for fraction in (1.0, 0.5):
+        algo, ctx = shared(share_fraction=fraction)
+        averaged = []
+        for k in range(CFG.num_clients):
+            x, y = ctx.client_data(k)
+            n = math.ceil(fraction * len(y))
+            rows = algo.owner == k
+            group = torch.full((int(rows.sum()),), 10.0)  # groups of M, the last one the remainder
+            group[-1] = n - 10 * (len(group) - 1)
+            assert len(group) == math.ceil(n / 10) and 0 < group[-1] <= 10
+            counts = (algo.y_bar[rows] * group[:, None]).sum(0)  # the classes of the samples it averaged
+            own = torch.bincount(y, minlength=counts.numel()).float()
+            assert counts.sum().item() == pytest.approx(n) and (counts <= own + 1e-4).all()
+            total = (algo.x_bar[rows] * group[:, None, None, None]).sum(0)  # the sum of the averaged images
+            if fraction == 1:
+                assert torch.allclose(counts, own, atol=1e-4) and torch.allclose(total, x.sum(0), atol=1e-3)
+            averaged.append(n)
+        assert ctx.ledger["mean_batches"] == sum(math.ceil(n / 10) for n in averaged)
+    with pytest.raises(ValueError, match="share_fraction"):
+        build_algorithm("fedmix", share_fraction=0)

@@ -37,12 +37,13 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     feddpms = 5 * 5 * 3 * 3 + 2 * 3
     # FLea Table 1: 3 datasets x 2 scarcity blocks x 3 partitions x 11 methods x 5 seeds; Figs. 6 and 9 read its cells;
     # Fig. 2: 3 scarcity levels x 5 methods x 5 seeds (CIFAR-10 IID); Figs. 10-11: 12 FLea variants x 5 seeds (the
-    # sweeps' a = 2, lambda1 = 1 with lambda2 = 3 is the table's FLea cell); Fig. 9(c): lambda2 = 0 on CIFAR-10 Qua(3)
-    flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5
+    # sweeps' a = 2, lambda1 = 1 with lambda2 = 3 is the table's FLea cell); Fig. 9(c): lambda2 = 0 on CIFAR-10 Qua(3);
+    # Fig. 6 (right): FedMix at 3 and FLea at 3 smaller shares x 5 seeds (full shares, FedAvg: UrbanSound8K table cells)
+    flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5 + 6 * 5
     assert counts["train"] == fedzda + dafl + feddpms + flea
     # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 5, FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
-    # + 9(c) + 3 + 9(d)
-    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1 + 1 + 1
+    # + 9(c) + 3 + 9(d) + 6 (right)
+    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1 + 1 + 1 + 1
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per

@@ -6,6 +6,9 @@ During local training each sample (x, y) is paired with a random mean (x̄, ȳ) 
     NaiveMix   ℓ( f((1−λ)x + λx̄), (1−λ)y + λȳ )
     FedMix     (1−λ) ℓ(f((1−λ)x), y) + λ ℓ(f((1−λ)x), ȳ) + λ ⟨∂ℓ(f((1−λ)x), y)/∂x, x̄⟩
                (the first-order Taylor approximation of the global mixup loss, Eq. 6)
+
+FedMix averages all of a client's data; ``share_fraction`` < 1 averages only a random fraction of it (FLea Fig. 6,
+right: accuracy against the proportion of shared augmentations).
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm
 from fed.losses import soft_cross_entropy
-from fed.sharing import mean_batches
+from fed.sharing import mean_batches, share_subset
 
 
 def fedmix_loss(model, x, y, x_bar, y_bar, lam: float) -> torch.Tensor:
@@ -35,12 +38,22 @@ def naivemix_loss(model, x, y, x_bar, y_bar, lam: float, num_classes: int) -> to
 class MeanSharing(Algorithm):
     """Shares every client's mean batches in ``setup``; ``local.extra['pool']`` holds the others' means."""
 
-    def __init__(self, lam: float = 0.05, mean_batch: int = 10):
-        self.lam, self.mean_batch = lam, mean_batch
+    def __init__(self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0):
+        if not 0 < share_fraction <= 1:
+            raise ValueError(f"{self.name}: share_fraction must be in (0, 1], got {share_fraction}")
+        self.lam, self.mean_batch, self.share_fraction = lam, mean_batch, share_fraction
+
+    def shared_data(self, ctx, k: int):
+        """The samples client k averages: all of them, or a random ``share_fraction`` of them."""
+        x, y = ctx.client_data(k)
+        if self.share_fraction == 1:
+            return x, y
+        keep = share_subset(len(y), self.share_fraction, ctx.rng("share_subset", k)).to(y.device)
+        return x[keep], y[keep]
 
     def setup(self, ctx):
         means = [
-            mean_batches(*ctx.client_data(k), ctx.num_classes, self.mean_batch, ctx.rng("share", k))
+            mean_batches(*self.shared_data(ctx, k), ctx.num_classes, self.mean_batch, ctx.rng("share", k))
             for k in range(ctx.num_clients)
         ]
         self.owner = torch.cat([torch.full((len(m[1]),), k) for k, m in enumerate(means)])

@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
+import pandas as pd  # noqa: E402
 
 
 def plot_partition(part: dict, out: str | Path, title: str) -> None:
@@ -134,25 +135,48 @@ def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_
     _save(fig, out)
 
 
-def plot_metric_vs_x(df, metric: str, x_label: str, out: str | Path, title: str) -> None:
+def plot_metric_vs_x(df, metric: str, x_label: str, out: str | Path, title: str, beta_density=None) -> None:
     """FedDPMS' accuracy vs β: ``metric`` against ``x`` per line, mean ± std over seeds (error bars), one panel per
     dataset, x on a log scale when it spans a decade. ``df``: dataset, x, line, seed, metric, diverged (diverged
-    seeds are left out, and said so in the legend)."""
+    seeds are left out, and said so in the legend), and optionally role: rows of role "reference" (a method with no
+    x) are drawn as a horizontal band, mean ± std. ``beta_density``: values a whose Beta(a, a) densities are drawn
+    in a first panel (FLea Fig. 10, left)."""
     datasets = list(dict.fromkeys(df.dataset))
-    fig, axes = plt.subplots(1, len(datasets), figsize=(4.4 * len(datasets), 3.6), squeeze=False)
-    for ax, dataset in zip(axes[0], datasets):
-        g = df[df.dataset == dataset]
+    panels = len(datasets) + (beta_density is not None)
+    fig, axes = plt.subplots(1, panels, figsize=(4.4 * panels, 3.6), squeeze=False)
+    if beta_density is not None:
+        _beta_densities(axes[0][0], beta_density)
+    role = df.role if "role" in df else pd.Series("sweep", index=df.index)
+    for ax, dataset in zip(axes[0][panels - len(datasets) :], datasets):
+        g = df[(df.dataset == dataset) & (role != "reference")]
         for line, m in g.groupby("line", sort=False):
             lost = int(m.diverged.astype(bool).sum())
             stats = m[~m.diverged.astype(bool)].groupby("x")[metric].agg(["mean", "std"]).reset_index()
             label = line + (f" ({lost} diverged)" if lost else "")
             ax.errorbar(stats.x, stats["mean"], yerr=stats["std"].fillna(0), label=label, marker="o", ms=3, capsize=2)
+        for line, m in df[(df.dataset == dataset) & (role == "reference")].groupby("line", sort=False):
+            kept = m[~m.diverged.astype(bool)][metric]
+            mean, std = kept.mean(), kept.std() if len(kept) > 1 else 0.0
+            ax.axhline(mean, color="k", ls="--", lw=1, label=f"{line} (reference)")
+            ax.axhspan(mean - std, mean + std, color="k", alpha=0.08)
         if g.x.max() >= 10 * g.x.min() > 0:
             ax.set_xscale("log")
         ax.set(title=dataset, xlabel=x_label, ylabel=metric.replace("global_acc", "global test accuracy (%)"))
         ax.legend(fontsize=7)
     _title(fig, title)
     _save(fig, out)
+
+
+def _beta_densities(ax, values) -> None:
+    """Densities of the symmetric Beta(a, a) (torch.distributions) on (0, 1)."""
+    import torch
+
+    x = torch.linspace(0.005, 0.995, 199)
+    for a in values:
+        density = torch.distributions.Beta(torch.tensor(float(a)), torch.tensor(float(a))).log_prob(x).exp()
+        ax.plot(x.numpy(), density.numpy(), label=f"a = {a:g}")
+    ax.set(title="Beta(a, a)", xlabel="mixing weight β", ylabel="density", ylim=(0, 4))  # a < 1 diverges at 0 and 1
+    ax.legend(fontsize=7)
 
 
 def plot_stage_cost(df, gan_method: str, out: str | Path, title: str) -> None:

@@ -1,9 +1,13 @@
 """A metric against a number attached to the cells, mean ± std over seeds, one panel per dataset. The number belongs
 to each cell's partition (``x_of: partition``, one line per method: FedDPMS' "test accuracy vs concentration
 parameter" β) or to its method (``x_of: method``, one line per partition: FedDPMS' accuracy vs the number of
-preliminary rounds; FLea's accuracy vs Beta(a, a) and vs λ1, λ2). The value per cell is the one its preset reports
+preliminary rounds; FLea's accuracy vs Beta(a, a) and vs λ1, λ2; or one line per ``series`` of methods: FLea Fig. 6's
+FedMix and FLea against the proportion of shared augmentations). The value per cell is the one its preset reports
 (``report``: last or best round), or with ``value: mean_over_rounds`` the mean over every evaluated round (FLea
-Fig. 11's ρ̄, "the expectation of the distance correlation")."""
+Fig. 11's ρ̄, "the expectation of the distance correlation").
+
+Optional: a ``reference`` method drawn as a horizontal band (FLea Fig. 10's FedAvg "without mix-up"), and
+``x_density: beta_symmetric``, a left panel with the densities of Beta(x, x) for the swept x (Fig. 10, left)."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS, STR, grid_cells
+from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS, STR, cell, grid_cells
 
 KEYS = {
     **GRID_KEYS,
@@ -21,6 +25,12 @@ KEYS = {
     "metric": (False, STR),
     "labels": LABELS,
     "value": (False, {"enum": ["reported", "mean_over_rounds"]}),
+    "series": (
+        False,
+        {"type": "object", "additionalProperties": STR, "description": "method -> line (x_of: method)"},
+    ),
+    "reference": (False, {**STR, "description": "a method drawn as a horizontal band, mean ± std over seeds"}),
+    "x_density": (False, {"enum": ["beta_symmetric"], "description": "a left panel with the densities x sets"}),
 }
 
 
@@ -37,23 +47,44 @@ def cells(fig):
     missing = set(fig[f"{x_of}s"]) - set(fig["x_values"])
     if missing:
         raise ValueError(f"figure {fig['output']}: x_values has no value for the {x_of}s {sorted(missing)}")
-    return grid_cells(fig)
+    if (series := fig.get("series")) is not None:
+        if x_of != "method" or set(fig["methods"]) - set(series):
+            raise ValueError(f"figure {fig['output']}: series needs x_of: method and a line for every method")
+    reference = [
+        cell(fig["preset"], d, p, fig["reference"], s)
+        for d in fig["datasets"]
+        for p in fig["partitions"]
+        for s in fig["seeds"]
+        if "reference" in fig
+    ]
+    return grid_cells(fig) + reference
+
+
+def line_of(fig, c: dict) -> str:
+    """The line a cell belongs to (its legend entry)."""
+    if c["method"] == fig.get("reference"):
+        return fig.get("labels", {}).get(c["method"], c["method"])
+    if fig.get("x_of", "partition") == "partition":
+        return fig.get("labels", {}).get(c["method"], c["method"])
+    if "series" in fig:
+        return fig["series"][c["method"]] + (f", {c['partition']}" if len(fig["partitions"]) > 1 else "")
+    return fig.get("labels", {}).get(c["partition"], c["partition"])
 
 
 def draw(fig, cells, files, stages, png, csv, caption):
     from fed.reporting.figures import plot_metric_vs_x
 
-    metric, x_of = fig.get("metric", "global_acc"), fig.get("x_of", "partition")
-    line_of = "method" if x_of == "partition" else "partition"
+    metric, x_of, value = fig.get("metric", "global_acc"), fig.get("x_of", "partition"), fig.get("value", "reported")
     rows = []
     for c, (metrics, _) in zip(cells, files):
         rec = json.loads(open(metrics).read())
-        value = fig.get("value", "reported")
+        is_reference = c["method"] == fig.get("reference")
         rows.append(
             {
                 **{k: c[k] for k in ("dataset", "partition", "method", "seed")},
-                "x": fig["x_values"][c[x_of]],
-                "line": fig.get("labels", {}).get(c[line_of], c[line_of]),
+                "x": None if is_reference else fig["x_values"][c[x_of]],
+                "line": line_of(fig, c),
+                "role": "reference" if is_reference else "sweep",
                 "report": rec["config"]["report"] if value == "reported" else value,
                 metric: cell_value(rec, metric, value),
                 "diverged": rec["diverged"],
@@ -61,4 +92,5 @@ def draw(fig, cells, files, stages, png, csv, caption):
         )
     df = pd.DataFrame(rows)
     df.to_csv(csv, index=False)
-    plot_metric_vs_x(df, metric, fig.get("x_label", x_of), png, caption)
+    density = sorted(set(fig["x_values"].values())) if fig.get("x_density") else None
+    plot_metric_vs_x(df, metric, fig.get("x_label", x_of), png, caption, beta_density=density)
