@@ -117,9 +117,15 @@ def test_fedmix_and_naivemix_by_hand():
     assert fedmix_loss(model, x, y, xb, yb, 0.5).item() == pytest.approx(expected, rel=1e-6)
     # NaiveMix: input 0.5*2 + 0.5*1 = 1.5 -> logits [1.5, 0]; target [0.5, 0.5]
     q0 = math.exp(1.5) / (math.exp(1.5) + 1)
-    assert naivemix_loss(model, x, y, xb, yb, 0.5, 2).item() == pytest.approx(
-        -0.5 * math.log(q0) - 0.5 * math.log(1 - q0), rel=1e-6
-    )
+    half = -0.5 * math.log(q0) - 0.5 * math.log(1 - q0)
+    assert naivemix_loss(model, x, y, xb, yb, 0.5, 2).item() == pytest.approx(half, rel=1e-6)
+    # one λ per sample (FLea's code: λ ~ Beta(2, 2)); λ = 0 leaves the sample alone: logits [2, 0], target [1, 0]
+    plain = -math.log(math.exp(2) / (math.exp(2) + 1))
+    lam = T([0.5, 0.0])
+    got = naivemix_loss(model, x.repeat(2, 1), T([0, 0]), xb.repeat(2, 1), yb.repeat(2, 1), lam, 2).item()
+    assert got == pytest.approx((half + plain) / 2, rel=1e-6)
+    with pytest.raises(ValueError, match="lam_beta"):
+        build_algorithm("naivemix", lam_beta=0)
 
 
 def test_mean_batches_and_raw_share():

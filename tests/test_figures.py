@@ -13,6 +13,21 @@ def record(report: str, history: list[dict]) -> dict:
     return {"config": {"report": report}, "best": best, "last": history[-1], "history": history, "diverged": False}
 
 
+def sweep(**keys) -> dict:
+    """A ``metric_vs_x`` figure over methods, on one dataset and partition."""
+    return {"output": "t/fig", "preset": "p", "datasets": ["d"], "partitions": ["qua3"], "x_of": "method", **keys}
+
+
+def write_records(cells, tmp_path, history) -> list:
+    """One best-round metrics.json per cell with the rounds ``history(cell)``; the files as ``draw`` takes them."""
+    files = []
+    for c in cells:
+        path = tmp_path / f"{c['method']}-{c['seed']}.json"
+        path.write_text(json.dumps(record("best", history(c))))
+        files.append((path, None))
+    return files
+
+
 def audionet_cells(cells, tmp_path, root):
     """One trained-looking cell per method: the same AudioNet (seed 0) and a record with best accuracy 50 + seed;
     returns the (metrics, model) files and the prepared synthetic data, per cell."""
@@ -34,27 +49,21 @@ def audionet_cells(cells, tmp_path, root):
 @pytest.mark.parametrize("value", ["reported", "mean_over_rounds"])
 def test_metric_vs_x_plots_the_reported_round_or_the_mean_over_rounds(tmp_path, value):
     kind = FIGURE_KINDS["metric_vs_x"]
-    fig = {
-        "output": "t/fig11",
-        "preset": "p",
-        "datasets": ["d"],
-        "partitions": ["qua3"],
-        "methods": ["flea_l0", "flea_l3"],
-        "seeds": [0],
-        "x_of": "method",
-        "x_values": {"flea_l0": 0, "flea_l3": 3},
-        "metric": "flea_dcor_shared",
-        "value": value,
-    }
+    fig = sweep(
+        methods=["flea_l0", "flea_l3"],
+        seeds=[0],
+        x_values={"flea_l0": 0, "flea_l3": 3},
+        metric="flea_dcor_shared",
+        value=value,
+    )
     cells = kind.cells(fig)
     rho = {"flea_l0": [0.9, 0.8, 0.7], "flea_l3": [0.6, 0.5, 0.1]}
     acc = [50.0, 70.0, 60.0]  # the best round is round 2
-    files = []
-    for c in cells:
-        history = [{"round": r + 1, "global_acc": acc[r], "flea_dcor_shared": rho[c["method"]][r]} for r in range(3)]
-        path = tmp_path / f"{c['method']}.json"
-        path.write_text(json.dumps(record("best", history)))
-        files.append((path, None))
+    files = write_records(
+        cells,
+        tmp_path,
+        lambda c: [{"round": r + 1, "global_acc": acc[r], "flea_dcor_shared": rho[c["method"]][r]} for r in range(3)],
+    )
     kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption")
     got = pd.read_csv(tmp_path / "f.csv").set_index("x")["flea_dcor_shared"]
     want = {0: 0.8, 3: 0.5} if value == "reported" else {0: 0.8, 3: 0.4}
@@ -67,31 +76,22 @@ def test_metric_vs_x_draws_series_of_methods_and_a_reference_band(tmp_path):
     """FLea Fig. 6 (right): FedMix and FLea as two lines over the proportion of shared augmentations; Fig. 10: FedAvg
     as a reference band beside the Beta(a, a) sweep, with the densities in a first panel."""
     kind = FIGURE_KINDS["metric_vs_x"]
-    fig = {
-        "output": "t/fig6",
-        "preset": "p",
-        "datasets": ["d"],
-        "partitions": ["qua3"],
-        "methods": ["fedmix_s0.5", "fedmix", "flea_s0.05", "flea"],
-        "seeds": [0, 1],
-        "x_of": "method",
-        "x_values": {"fedmix_s0.5": 0.05, "fedmix": 0.1, "flea_s0.05": 0.05, "flea": 0.1},
-        "series": {"fedmix_s0.5": "FedMix", "fedmix": "FedMix", "flea_s0.05": "FLea", "flea": "FLea"},
-        "reference": "fedavg",
-        "x_density": "beta_symmetric",
-    }
+    fig = sweep(
+        methods=["fedmix_s0.5", "fedmix", "flea_s0.05", "flea"],
+        seeds=[0, 1],
+        x_values={"fedmix_s0.5": 0.05, "fedmix": 0.1, "flea_s0.05": 0.05, "flea": 0.1},
+        series={"fedmix_s0.5": "FedMix", "fedmix": "FedMix", "flea_s0.05": "FLea", "flea": "FLea"},
+        reference="fedavg",
+        x_density="beta_symmetric",
+    )
     cells = kind.cells(fig)
     assert [c["method"] for c in cells[-2:]] == ["fedavg", "fedavg"] and len(cells) == 10
     acc = {"fedmix_s0.5": 40, "fedmix": 45, "flea_s0.05": 50, "flea": 55, "fedavg": 30}
-    files = []
-    for c in cells:
-        path = tmp_path / f"{c['method']}-{c['seed']}.json"
-        path.write_text(json.dumps(record("best", [{"round": 1, "global_acc": acc[c["method"]] + c["seed"]}])))
-        files.append((path, None))
+    files = write_records(cells, tmp_path, lambda c: [{"round": 1, "global_acc": acc[c["method"]] + c["seed"]}])
     kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption")
     df = pd.read_csv(tmp_path / "f.csv")
-    sweep = df[df.role == "sweep"].groupby(["line", "x"]).global_acc.mean().to_dict()
-    assert sweep == {("FedMix", 0.05): 40.5, ("FedMix", 0.1): 45.5, ("FLea", 0.05): 50.5, ("FLea", 0.1): 55.5}
+    swept = df[df.role == "sweep"].groupby(["line", "x"]).global_acc.mean().to_dict()
+    assert swept == {("FedMix", 0.05): 40.5, ("FedMix", 0.1): 45.5, ("FLea", 0.05): 50.5, ("FLea", 0.1): 55.5}
     reference = df[df.role == "reference"]
     assert list(reference.global_acc) == [30, 31] and reference.x.isna().all() and set(reference.line) == {"fedavg"}
     assert (tmp_path / "f.png").stat().st_size > 0

@@ -13,6 +13,7 @@ right: accuracy against the proportion of shared augmentations).
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -30,9 +31,12 @@ def fedmix_loss(model, x, y, x_bar, y_bar, lam: float) -> torch.Tensor:
     return (1 - lam) * ce + lam * soft_cross_entropy(logits, y_bar) + lam * taylor
 
 
-def naivemix_loss(model, x, y, x_bar, y_bar, lam: float, num_classes: int) -> torch.Tensor:
-    target = (1 - lam) * F.one_hot(y, num_classes).float() + lam * y_bar
-    return soft_cross_entropy(model((1 - lam) * x + lam * x_bar), target)
+def naivemix_loss(model, x, y, x_bar, y_bar, lam: float | torch.Tensor, num_classes: int) -> torch.Tensor:
+    """``lam``: one weight, or one per sample (shape (B,))."""
+    lam = torch.as_tensor(lam, dtype=x.dtype, device=x.device)
+    lam_x, lam_y = (lam.view(-1, *[1] * (x.dim() - 1)), lam.view(-1, 1)) if lam.dim() else (lam, lam)
+    target = (1 - lam_y) * F.one_hot(y, num_classes).float() + lam_y * y_bar
+    return soft_cross_entropy(model((1 - lam_x) * x + lam_x * x_bar), target)
 
 
 class MeanSharing(Algorithm):
@@ -81,7 +85,21 @@ class FedMix(MeanSharing):
 
 
 class NaiveMix(MeanSharing):
+    """``lam_beta`` = a: a weight λ_i ~ Beta(a, a) per sample instead of the fixed ``lam`` (FLea's code runs its
+    "FedMix" baseline as NaiveMix with λ ~ Beta(2, 2))."""
+
     name = "naivemix"
 
+    def __init__(self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0, lam_beta=None):
+        super().__init__(lam, mean_batch, share_fraction)
+        if lam_beta is not None and lam_beta <= 0:
+            raise ValueError(f"naivemix: lam_beta must be > 0, got {lam_beta}")
+        self.lam_beta = lam_beta
+
     def local_loss(self, model, x, y, local, ctx):
-        return naivemix_loss(model, x, y, *self.draw(local, len(y)), self.lam, ctx.num_classes)
+        x_bar, y_bar = self.draw(local, len(y))
+        lam = self.lam
+        if self.lam_beta is not None:  # from the client's mix stream, so the draws are seeded and resume exactly
+            seed = int(torch.randint(2**62, (1,), generator=local.extra["rng"]))
+            lam = torch.as_tensor(np.random.default_rng(seed).beta(self.lam_beta, self.lam_beta, size=len(y)))
+        return naivemix_loss(model, x, y, x_bar, y_bar, lam, ctx.num_classes)

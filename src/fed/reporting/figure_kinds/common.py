@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
+from pathlib import Path
 
 STR = {"type": "string"}
 CELLREF = {
@@ -39,3 +41,16 @@ def grid_cells(fig: dict) -> list[dict]:
         cell(fig["preset"], d, p, m, s)
         for d, p, m, s in itertools.product(fig["datasets"], fig["partitions"], fig["methods"], fig["seeds"])
     ]
+
+
+def dataset_reader():
+    """For kinds that read prepared data (``NEEDS_DATA``): ``read(dataset, tensors, split)`` loads a split from the
+    cell's ``tensors.pt`` once per figure, however many cells share it."""
+
+    @functools.cache
+    def read(dataset: str, tensors: str, split: str = "train"):
+        from fed.data.datasets import load_dataset
+
+        return load_dataset(dataset, Path(tensors).parents[1], split)
+
+    return read

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS
+from fed.reporting.figure_kinds.common import GRID_KEYS, LABELS, dataset_reader
 
 NEEDS_MODELS = True
 NEEDS_DATA = True
@@ -24,19 +24,16 @@ KEYS = {
 
 
 def attack_rows(fig, cells, files, data) -> pd.DataFrame:
-    from pathlib import Path
-
     import torch
 
     from fed.attacks import context_detection
-    from fed.data.datasets import load_dataset
     from fed.reporting.zsdg_figures import load_cell_model
 
     sizes, test, marker = fig["sizes"], fig.get("test", 1000), fig.get("marker", 4)
     group = fig.get("mean_batch", 10)
-    rows, averaged = [], set()
+    rows, averaged, read = [], set(), dataset_reader()
     for c, (metrics, model_path), tensors in zip(cells, files, data):
-        x = load_dataset(c["dataset"], Path(tensors).parents[1], "train").x
+        x = read(c["dataset"], tensors).x
         base = {k: c[k] for k in ("dataset", "partition", "seed")}
         if (c["dataset"], c["seed"]) not in averaged:  # FedMix's averages: no model involved
             averaged.add((c["dataset"], c["seed"]))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import CELLREF, cell
+from fed.reporting.figure_kinds.common import CELLREF, cell, dataset_reader
 
 NEEDS_MODELS = True
 NEEDS_DATA = True
@@ -34,16 +34,20 @@ def cells(fig):
     ]
 
 
-def davies_bouldin(model, x, y) -> float | None:
-    """DB score of ``model.embed(x)`` with the labels as clusters (None below two classes)."""
+def representations(model, x):
+    """``model.embed(x)`` in eval mode, as a numpy array."""
     import torch
+
+    with torch.no_grad():
+        return torch.cat([model.eval().embed(xb) for xb in x.split(500)]).numpy()
+
+
+def davies_bouldin(z, y) -> float | None:
+    """DB score of the representations ``z`` with the labels ``y`` as clusters (None below two classes)."""
     from sklearn.metrics import davies_bouldin_score
 
-    if len(torch.unique(y)) < 2:
-        return None
-    with torch.no_grad():
-        z = torch.cat([model.eval().embed(xb) for xb in x.split(500)])
-    return float(davies_bouldin_score(z.numpy(), y.numpy()))
+    y = y.numpy()
+    return float(davies_bouldin_score(z, y)) if len(set(y.tolist())) > 1 else None
 
 
 def separability_rows(fig, cells, files, data) -> tuple[pd.DataFrame, dict]:
@@ -56,18 +60,16 @@ def separability_rows(fig, cells, files, data) -> tuple[pd.DataFrame, dict]:
     import torch.nn.functional as F
     from sklearn.manifold import TSNE
 
-    from fed.data.datasets import load_dataset
     from fed.reporting.zsdg_figures import load_cell_model
     from fed.training import SGDSettings, local_sgd
 
     labels = [label for label in fig["sources"] for _ in fig["datasets"] for _ in fig["seeds"]]
-    rows, embeddings = [], {}
+    rows, embeddings, read = [], {}, dataset_reader()
     for label, c, (metrics, model_path), tensors in zip(labels, cells, files, data):
         model, record = load_cell_model(metrics, model_path)
         if record["diverged"]:
             continue
-        root = Path(tensors).parents[1]
-        train, test = load_dataset(c["dataset"], root, "train"), load_dataset(c["dataset"], root, "test")
+        train, test = read(c["dataset"], tensors, "train"), read(c["dataset"], tensors, "test")
         n = fig.get("samples", 2000)
         x_test, y_test = test.x[:n], test.y[:n]
         clients = json.loads(Path(record["partition_file"]).read_text())["clients"][: fig.get("clients", 5)]
@@ -81,25 +83,24 @@ def separability_rows(fig, cells, files, data) -> tuple[pd.DataFrame, dict]:
             cfg["local_epochs"],
         )
         base = dict(source=label, dataset=c["dataset"], seed=c["seed"])
-        rows.append(
-            {**base, "client": -1, "model": "global", "data": "test", "db": davies_bouldin(model, x_test, y_test)}
-        )
+        z_test = representations(model, x_test)  # for the global test score and the t-SNE
+        rows.append({**base, "client": -1, "model": "global", "data": "test", "db": davies_bouldin(z_test, y_test)})
         for k, client in enumerate(clients):
             idx = torch.as_tensor(client["train"], dtype=torch.long)
             x, y = train.x[idx], train.y[idx]
             local = copy.deepcopy(model)
             gen = torch.Generator().manual_seed(c["seed"] * 1000 + k)
             local_sgd(local, x, y, lambda xb, yb, m=local: F.cross_entropy(m(xb), yb), gen, settings)
-            for name, m in (("global", model), ("local", local)):
-                rows.append({**base, "client": k, "model": name, "data": "train", "db": davies_bouldin(m, x, y)})
-            rows.append(
-                {**base, "client": k, "model": "local", "data": "test", "db": davies_bouldin(local, x_test, y_test)}
-            )
+            for name, m, xs, ys, part in (
+                ("global", model, x, y, "train"),
+                ("local", local, x, y, "train"),
+                ("local", local, x_test, y_test, "test"),
+            ):
+                db = davies_bouldin(representations(m, xs), ys)
+                rows.append({**base, "client": k, "model": name, "data": part, "db": db})
         if label not in embeddings:
-            with torch.no_grad():
-                z = torch.cat([model.eval().embed(xb) for xb in x_test.split(500)]).numpy()
-            xy = TSNE(2, perplexity=min(30, len(z) // 4), random_state=c["seed"], init="pca").fit_transform(z)
-            embeddings[label] = (xy, y_test.numpy())
+            tsne = TSNE(2, perplexity=min(30, len(z_test) // 4), random_state=c["seed"], init="pca")
+            embeddings[label] = (tsne.fit_transform(z_test), y_test.numpy())
     return pd.DataFrame(rows), embeddings
 
 

@@ -10,7 +10,7 @@ import json
 
 import pandas as pd
 
-from fed.reporting.figure_kinds.common import GRID_KEYS, STR, grid_cells
+from fed.reporting.figure_kinds.common import GRID_KEYS, STR, dataset_reader, grid_cells
 
 NEEDS_MODELS = True
 NEEDS_DATA = True
@@ -32,18 +32,15 @@ def cells(fig):
 
 
 def attack_rows(fig, cells, files, data) -> pd.DataFrame:
-    from pathlib import Path
-
     import torch
 
     from fed.attacks import reconstruction_curve
-    from fed.data.datasets import load_dataset
     from fed.reporting.zsdg_figures import load_cell_model
 
-    rows = []
+    rows, read = [], dataset_reader()
     for c, (metrics, model_path), tensors in zip(cells, files, data):
         model, record = load_cell_model(metrics, model_path)
-        x = load_dataset(c["dataset"], Path(tensors).parents[1], "train").x[: fig.get("samples", 5000)]
+        x = read(c["dataset"], tensors).x[: fig.get("samples", 5000)]
         curve = (
             []
             if record["diverged"]
