@@ -107,7 +107,7 @@ def run_vae_prelim(job: StageJob) -> None:
     params = {"preliminary_rounds": job.stage.param("rounds"), "vae_weight": job.stage.param("vae_weight")}
     run = job.engine(MethodSpec("feddpms-stage1", "feddpms", params), rounds=job.stage.param("rounds"))
     run.run()
-    ckpt = torch.load(run.checkpoint_path, weights_only=False)
+    ckpt = torch.load(run.checkpoint_path, weights_only=False, map_location="cpu")
     torch.save({**ckpt, "stage": job.stage.key}, job.out)
 
 
@@ -156,7 +156,7 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
     """The method with the values its ``tuning`` stage chose, and that stage's record (None without one)."""
     if not stages or "tuning" not in stages:
         return method, None
-    record = torch.load(stages["tuning"], weights_only=False)
+    record = torch.load(stages["tuning"], weights_only=False, map_location="cpu")
     return dataclasses.replace(method, params=method.params | record["chosen"]), record
 
 
@@ -170,7 +170,7 @@ def run_dp_cgan(job: StageJob) -> None:
     clients = []
     for k in range(ctx.num_clients):
         part = job.work_dir / f"client{k}.pt"
-        done = torch.load(part, weights_only=False) if part.exists() else None
+        done = torch.load(part, weights_only=False, map_location="cpu") if part.exists() else None
         if done is None or done["settings"] != dataclasses.asdict(settings):
             x, y = ctx.client_data(k)
             log = job.progress
@@ -296,7 +296,8 @@ def run_cell(
         summary = engine.run()
         out = Path(out_dir)
         out.mkdir(parents=True, exist_ok=True)
-        torch.save(engine.global_state, out / "model.pt")  # the final global model (figures invert it)
+        # the final global model (figures invert it), on the CPU so that any machine can read it
+        torch.save({k: v.cpu() for k, v in engine.global_state.items()}, out / "model.pt")
         record = {
             "dataset": dataset,
             "partition_file": str(partition_file),

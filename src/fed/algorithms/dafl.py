@@ -81,7 +81,7 @@ class DAFL(Algorithm):
         return {"gans": Stage.of("dp_cgan", **self.gan)}
 
     def setup(self, ctx):
-        record = torch.load(ctx.stages["gans"], weights_only=False)
+        record = torch.load(ctx.stages["gans"], weights_only=False, map_location="cpu")
         settings = PSGSettings.from_params(record["settings"])
         self._synthetic = []
         for k in range(ctx.num_clients):  # at client k: its labels, its generator

@@ -21,13 +21,13 @@ def load_cell_model(metrics_path: str | Path, model_path: str | Path) -> tuple[t
     record = json.loads(Path(metrics_path).read_text())
     meta = info(record["dataset"])
     model = build_model(record["config"]["model"], meta.channels, meta.num_classes, meta.size)
-    model.load_state_dict(torch.load(model_path, weights_only=True))
+    model.load_state_dict(torch.load(model_path, weights_only=True, map_location="cpu"))
     return model.eval(), record
 
 
 def load_stage_model(path: str | Path) -> tuple[torch.nn.Module, dict]:
     """A model a ``centralized_model`` stage wrote (fed.runner.run_centralized_model), with its record."""
-    record = torch.load(path, weights_only=True)
+    record = torch.load(path, weights_only=True, map_location="cpu")
     meta = info(record["dataset"])
     model = build_model(record["model"], meta.channels, meta.num_classes, meta.size)
     model.load_state_dict(record["state"])

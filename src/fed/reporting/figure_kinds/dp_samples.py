@@ -49,7 +49,7 @@ def draw(fig, cells, files, stages, png, csv, caption):
     labels = torch.full((n,), fig["label"])
     panels, rows = {}, []
     for path in stages:  # seed 0 for every ε0: the same noise z behind every panel
-        record = torch.load(path, weights_only=False)
+        record = torch.load(path, weights_only=False, map_location="cpu")
         settings = PSGSettings.from_params(record["settings"])
         client = record["clients"][fig["client"]]
         images = generate(client["generator"], labels, record["num_classes"], record["channels"], settings, seed=0)

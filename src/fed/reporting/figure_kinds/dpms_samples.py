@@ -43,7 +43,7 @@ def decode_examples(metrics_path, model_path):
     meta = info(record["dataset"])
     model = build_model(record["config"]["model"], meta.channels, meta.num_classes, meta.size)
     decoder = vae_modules(model, (meta.channels, meta.size, meta.size))["decoder"]
-    state = torch.load(model_path, weights_only=True)
+    state = torch.load(model_path, weights_only=True, map_location="cpu")
     decoder.load_state_dict({k.removeprefix("extras.decoder."): v for k, v in state.items() if "extras.decoder." in k})
     z = torch.tensor([v for c in sorted(examples, key=int) for v in examples[c]])
     labels = torch.tensor([int(c) for c in sorted(examples, key=int) for _ in examples[c]])

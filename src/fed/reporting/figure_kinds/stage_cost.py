@@ -43,7 +43,7 @@ def draw(fig, cells, files, stages, png, csv, caption):
     ]
     keys = list(itertools.product(fig["datasets"], fig["partitions"], fig["seeds"]))
     for (d, p, s), path in zip(keys, stages):
-        seconds = [c["seconds"] for c in torch.load(path, weights_only=False)["clients"]]
+        seconds = [c["seconds"] for c in torch.load(path, weights_only=False, map_location="cpu")["clients"]]
         for stage, value in (("GAN (sum over clients)", sum(seconds)), ("GAN (slowest client)", max(seconds))):
             rows.append(
                 {"dataset": d, "partition": p, "method": fig["gan_method"], "seed": s, "stage": stage, "seconds": value}
