@@ -149,7 +149,7 @@ def test_decoders_stay_local_until_the_upload_round_then_average(dpms_run, synth
     assert record["stage"] == Stage.of("vae_prelim", rounds=2, vae_weight=0.05).key and record["round"] == 2
     # the stage's checkpoint is this very run's end (same settings, seed and streams)
     for k in record["global_state"]:
-        assert torch.equal(record["global_state"][k], run.global_state[k]), k
+        assert torch.equal(record["global_state"][k], run.global_state[k].cpu()), k  # stage files load to the CPU
     ctx = run.ctx
     round1 = [ctx.clients.load(k, 2)["decoder"] for k in range(4)]  # each client's decoder after round 1
     round2 = [ctx.clients.load(k, 3)["decoder"] for k in range(4)]
@@ -158,7 +158,7 @@ def test_decoders_stay_local_until_the_upload_round_then_average(dpms_run, synth
     weights = [float(n) for n in ctx.client_sizes()]
     mean = average_states([{f"extras.decoder.{k}": v for k, v in d.items()} for d in round2], weights)
     for k in decoder_keys(run.global_state):  # the upload round: D̄ is the weighted mean of every client's decoder
-        assert torch.allclose(run.global_state[k].float(), mean[k].float(), atol=1e-6), k
+        assert torch.allclose(run.global_state[k].float().cpu(), mean[k].float().cpu(), atol=1e-6), k
         assert not torch.equal(run.global_state[k], initial[k]) or "num_batches" in k
     run1 = engine(synthetic_root, part, rounds=1)
     run1.run()
@@ -201,7 +201,7 @@ def test_a_receiver_gets_noisy_latents_decoded_by_the_global_decoder_never_data_
         assert z.shape == (len(y), code) and y.dtype == torch.long  # latents and labels: all a receiver is sent
         x_own, y_own = ctx.client_data(i)
         x_all, y_all = algo.training_data(ctx, i)
-        assert len(y_all) == len(y_own) + len(y) and torch.equal(y_all[len(y_own) :], y)
+        assert len(y_all) == len(y_own) + len(y) and torch.equal(y_all[len(y_own) :].cpu(), y.cpu())
         assert torch.equal(x_all[: len(y_own)], x_own)  # its own data, then only what D̄ decodes from z̃
         if len(y):
             with torch.no_grad():
@@ -209,7 +209,7 @@ def test_a_receiver_gets_noisy_latents_decoded_by_the_global_decoder_never_data_
     # global decoder after Stage II = Stage I's: decoders are not trained or re-averaged any more
     stage1 = torch.load(tmp / "stage1.pt", weights_only=False)["global_state"]
     for k in decoder_keys(stage1):
-        assert torch.equal(stage1[k], ctx.global_state[k]), k
+        assert torch.equal(stage1[k], ctx.global_state[k].cpu()), k
 
 
 def test_the_ledger_reports_what_left_and_both_epsilons(dpms_run, synthetic_root):

@@ -1,5 +1,6 @@
 """ZSDG, Fed-ZDAC, Fed-ZDAS and the warm start of start-round runs."""
 
+import copy
 import json
 import math
 
@@ -197,19 +198,28 @@ def test_fedzdas_keeps_the_real_bn_statistics_of_the_aggregate(data):
     assert not all(torch.equal(aggregate[k], overwritten[k]) for k in aggregate)
 
 
-def test_batched_zsdg_matches_separate_generation(trained):
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_batched_zsdg_matches_separate_generation(trained, optimizer):
     """Fed-ZDAC's clients invert the same model: optimising their batches together gives each one the images it
-    would get alone (floating-point tolerance), at a fraction of the cost."""
+    would get alone, at a fraction of the cost. Equal in exact arithmetic; in floats, convolution kernels round
+    differently by batch size. SGD carries that rounding as it is (1e-4). Adam divides by √v: a pixel whose gradient
+    is ~0 can take a full step either way, so a few pixels differ (seen on a 16-core CPU and on an H100); Adam is held
+    to its loss and to the mean pixel difference."""
     from fed.zsdg import zsdg_batched
 
-    cfg = ZSDGConfig(per_class=3, iterations=15)
+    model = copy.deepcopy(trained).cpu()
+    cfg = ZSDGConfig(per_class=3, iterations=15, optimizer=optimizer, lr=0.1 if optimizer == "adam" else 1.0)
     seeds = [11, 12, 13]
-    together = zsdg_batched(trained, 10, (1, 28, 28), cfg, [torch.Generator().manual_seed(s) for s in seeds])
+    together = zsdg_batched(model, 10, (1, 28, 28), cfg, [torch.Generator().manual_seed(s) for s in seeds])
     for s, (x, y, info) in zip(seeds, together):
-        x1, y1, info1 = zsdg(trained, 10, (1, 28, 28), cfg, torch.Generator().manual_seed(s))
+        x1, y1, info1 = zsdg(model, 10, (1, 28, 28), cfg, torch.Generator().manual_seed(s))
         assert torch.equal(y, y1)
-        assert torch.allclose(x, x1, atol=1e-4, rtol=1e-4)
-        assert info["loss_last"] == pytest.approx(info1["loss_last"], rel=1e-4)
+        if optimizer == "sgd":
+            assert torch.allclose(x, x1, atol=1e-4, rtol=1e-4)
+        else:
+            assert (x - x1).abs().mean() < 1e-3 * x.abs().mean()
+        assert info["loss_last"] == pytest.approx(info1["loss_last"], rel=1e-4 if optimizer == "sgd" else 1e-2)
+        assert s == seeds[0] or not torch.allclose(x, together[0][0], atol=0.1)  # each batch its own images
 
 
 def test_fedzdac_batched_run_equals_client_by_client(data):
@@ -217,5 +227,5 @@ def test_fedzdac_batched_run_equals_client_by_client(data):
     batched = engine(data, "fedzdac", params | {"batch_clients": True}).run()
     separate = engine(data, "fedzdac", params).run()
     for a, b in zip(batched["history"], separate["history"]):
-        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=1e-4)
+        assert a["train_loss"] == pytest.approx(b["train_loss"], rel=5e-3)  # Adam-amplified rounding: see above
         assert a["zsdg_calls"] == b["zsdg_calls"] == 3

@@ -142,7 +142,7 @@ def test_the_buffer_holds_features_of_the_previous_rounds_clients_only(synthetic
         assert buf.features[rows].shape[1:] == (16, 7, 7) != x.shape[1:]  # block-1 activations, not 1×28×28 inputs
         assert torch.equal(buf.labels[rows].argmax(1), y[idx])
         with torch.no_grad():
-            assert torch.allclose(buf.features[rows], model.features(x[idx]), atol=1e-5)
+            assert torch.allclose(buf.features[rows].cpu(), model.features(x[idx].cpu()), atol=1e-5)
     assert ctx.ledger["features"] == len(buf.owner) and "raw_samples" not in ctx.ledger
 
 
@@ -183,8 +183,8 @@ def test_exposure_round_one_loss_resume_and_bad_settings(synthetic_root, partiti
     fresh._buffer = buf = algo.build_buffer(ctx)
     local = LocalContext(0, [], {"rng": np.random.default_rng(7)})
     rng = np.random.default_rng(7)
-    pick = torch.as_tensor(rng.integers(len(buf.owner), size=16))
-    beta = torch.as_tensor(rng.beta(2.0, 2.0, size=16), dtype=torch.float32)
+    pick = torch.as_tensor(rng.integers(len(buf.owner), size=16), device=feats.device)
+    beta = torch.as_tensor(rng.beta(2.0, 2.0, size=16), dtype=torch.float32, device=feats.device)
     f_mix, y_mix = feature_mixup(feats, F.one_hot(y, 10).float(), buf.features[pick], buf.labels[pick], beta)
     ce = -(y_mix * F.log_softmax(model.head(f_mix), 1)).sum(1).mean()
     kd = distillation(model.head(buf.features[pick]), ctx.global_model().head(buf.features[pick]), 1.0, False)
@@ -281,7 +281,7 @@ def test_fedmix_shares_the_means_of_a_fraction_of_each_client_s_samples(syntheti
             x, y = ctx.client_data(k)
             n = math.ceil(fraction * len(y))
             rows = algo.owner == k
-            group = torch.full((int(rows.sum()),), 10.0)  # groups of M, the last one the remainder
+            group = torch.full((int(rows.sum()),), 10.0, device=x.device)  # groups of M, the last the remainder
             group[-1] = n - 10 * (len(group) - 1)
             assert len(group) == math.ceil(n / 10) and 0 < group[-1] <= 10
             counts = (algo.y_bar[rows] * group[:, None]).sum(0)  # the classes of the samples it averaged

@@ -8,6 +8,7 @@ bit-identical on the same machine whether it ran through or was resumed from a c
 from __future__ import annotations
 
 import math
+import os
 import shutil
 import sys
 import time
@@ -38,6 +39,17 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def reproducible_cuda() -> None:
+    """On a GPU, the same seed gives the same numbers and a resumed run equals an uninterrupted one, as on the CPU:
+    deterministic kernels (cuDNN, cuBLAS with a fixed workspace, deterministic scatter/index ops; the few ops without
+    one, e.g. adaptive average pooling's backward, warn) and full float32 (no TF32, which rounds convolutions and
+    products to 10-bit mantissas). Costs speed; reproduction first."""
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+    torch.use_deterministic_algorithms(True, warn_only=True)  # ops with no deterministic kernel warn, still run
+    torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+
+
 class Engine:
     def __init__(
         self,
@@ -58,6 +70,8 @@ class Engine:
         self.work_dir = Path(work_dir) if work_dir else None
         self.progress, self.on_round, self.on_start = progress, on_round, on_start
         device = resolve_device(cfg.device)
+        if device.type == "cuda":
+            reproducible_cuda()
         self._data_hash = checkpoint.tensor_hash(train.x, train.y, test.y)
         store = ClientStore(self.work_dir / "clients" if self.work_dir else None)
         self.ctx = Context(cfg, train, test, partition, seed, device, store, stages, algorithm.extra_modules)

@@ -24,7 +24,7 @@ from fed.data.datasets import info as dataset_info
 from fed.data.datasets import load_dataset
 from fed.data.partition import validation_split
 from fed.dpgan import PSGSettings, to_gan_space, train_psg
-from fed.engine import Engine, resolve_device
+from fed.engine import Engine
 from fed.metrics import LOWER_IS_BETTER
 from fed.reference import json_safe
 from fed.stages import Stage
@@ -44,8 +44,6 @@ def make_engine(
     """An engine for one cell; with ``validation_fraction`` its local test splits are validation splits carved
     from the clients' training data (``fed.data.partition.validation_split``)."""
     torch.set_num_threads(threads)
-    if resolve_device(cfg.device).type == "cuda":
-        torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark = True, False
     train = load_dataset(dataset, data_root, "train")
     test = load_dataset(dataset, data_root, "test")
     try:

@@ -54,11 +54,12 @@ def zsdg(
     input_shape: tuple[int, ...],
     cfg: ZSDGConfig,
     generator: torch.Generator,
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     memory_format: torch.memory_format = torch.contiguous_format,
 ) -> tuple[torch.Tensor, torch.Tensor, dict[str, float]]:
-    """Generate ``cfg.per_class`` labelled images per class from ``model``. Returns (x, y, info), where info
-    holds the loss at the first and last iteration and the source model's accuracy (%) on what it generated."""
+    """Generate ``cfg.per_class`` labelled images per class from ``model`` (on ``device``, by default the model's).
+    Returns (x, y, info), where info holds the loss at the first and last iteration and the source model's accuracy
+    (%) on what it generated."""
     return zsdg_batched(model, num_classes, input_shape, cfg, [generator], device, memory_format)[0]
 
 
@@ -68,13 +69,14 @@ def zsdg_batched(
     input_shape: tuple[int, ...],
     cfg: ZSDGConfig,
     generators: list[torch.Generator],
-    device: torch.device | str = "cpu",
+    device: torch.device | str | None = None,
     memory_format: torch.memory_format = torch.contiguous_format,
 ) -> list[tuple[torch.Tensor, torch.Tensor, dict[str, float]]]:
     """One independent ZSDG batch per generator, optimised in one pass (Fed-ZDAC: every sampled client inverts
     the same global model). Each batch keeps its own BN-statistics loss over its own images, and the objective is
     the sum of the batches' objectives: with the model in eval mode no image depends on another batch, and Adam /
     SGD act elementwise, so each batch follows the trajectory it would follow alone (floating-point tolerance)."""
+    device = device if device is not None else next(model.parameters()).device
     layers = bn_layers(model)
     was_training = model.training
     requires = [p.requires_grad for p in model.parameters()]

@@ -106,7 +106,7 @@ class CCVR(Algorithm):
             n, mean, cov = combine_statistics(parts)
             evals, evecs = torch.linalg.eigh(cov)  # cov^½ (covariances from few samples are singular)
             root = evecs * evals.clamp_min(0).sqrt()
-            noise = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype)
+            noise = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype).to(mean.device)
             zs.append((mean + noise @ root.T).float())
             ys.append(torch.full((self.virtual_per_class,), c))
         return torch.cat(zs), torch.cat(ys)

@@ -44,7 +44,8 @@ def vae_loss(model, x, y, vae_weight: float):
     over the batch (the code's per-sample sums; the slides do not say)."""
     h = model.features(x).flatten(1)
     mu, logvar = model.extras["mu"](h), model.extras["logvar"](h)
-    z = mu + torch.exp(logvar / 2) * torch.randn_like(mu)  # reparameterisation (torch's per-client seeded RNG)
+    # reparameterisation, from torch's per-client seeded CPU stream: the same draws on a GPU as on the CPU
+    z = mu + torch.exp(logvar / 2) * torch.randn(mu.shape, dtype=mu.dtype).to(mu.device)
     x_hat = model.extras["decoder"](z)
     kld = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).sum(1).mean()
     mse = (x_hat - x).pow(2).flatten(1).sum(1).mean()

@@ -71,7 +71,8 @@ class FedGen(Algorithm):
         ctx.share("label_counts", ctx.num_clients)
 
     def sample_labels(self, n: int, generator: torch.Generator) -> torch.Tensor:
-        return torch.multinomial(self.counts.sum(0), n, replacement=True, generator=generator)
+        counts = self.counts.sum(0)  # drawn on the CPU, where the run's generators live
+        return torch.multinomial(counts.cpu(), n, replacement=True, generator=generator).to(counts.device)
 
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
