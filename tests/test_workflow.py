@@ -71,9 +71,29 @@ def test_flea_quick_config_dry_run(tmp_path):
     # the measured run's cells are committed: tables, figures and claims rebuild from them; only the cells not
     # committed train, and the four whose models Figs. 9(c, d) attack (weights are never committed)
     committed = set(json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"])
+    committed = {c for c in committed if c.split("/")[3] not in SWEEPS}  # the sweeps overlay's cells: below
     counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
     attacked = {f"flea_quick_d100/fmnist/qua3/{m}/seed{s}" for m in ("flea", "flea_l1_1") for s in (0, 1)}
     assert len(committed) <= 122 and counts.get("train", 0) == 122 - len(committed) + len(attacked & committed)
+
+
+# FLea's sweeps beyond the quick config's cells: α and FedMix's share (Fig. 6, right), Beta(a, a) (Fig. 10), λ1 with
+# λ2 = 0 and λ2 with λ1 = 1 (Fig. 11)
+SWEEPS = {
+    *("flea_s0.01", "flea_s0.02", "flea_s0.05", "fedmix_s0.1", "fedmix_s0.2", "fedmix_s0.5"),
+    *("flea_a0.5", "flea_a1", "flea_a5", "flea_a10"),
+    *("flea_l1_0", "flea_l1_2", "flea_l1_4", "flea_l1_8", "flea_l2_1", "flea_l2_6", "flea_l2_10"),
+}
+
+
+def test_flea_sweeps_overlay_dry_run(tmp_path):
+    both = ("--configfile", str(REPO / "config/flea_quick.yaml"), str(REPO / "config/flea_sweeps_quick.yaml"))
+    out = snakemake(tmp_path, "-n", *both, "--config", "reference_dir=null").stdout
+    counts = job_counts(out)
+    # the quick config's 122 cells, and each sweep method on Qua(3), |D_k| ≈ 100, 2 seeds; FedAvg (the reference
+    # band), FedMix, FLea and FLea with λ2 = 0 are quick cells already; five more figures
+    assert counts["train"] == 122 + len(SWEEPS) * 2 and counts["figure"] == 6 + 5
+    assert all(f"runs/flea_quick_d100/fmnist/qua3/{m}/seed1/metrics.json" in out for m in SWEEPS)
 
 
 def test_dafl_quick_config_dry_run(tmp_path):
