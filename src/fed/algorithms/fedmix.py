@@ -90,7 +90,9 @@ class NaiveMix(MeanSharing):
 
     name = "naivemix"
 
-    def __init__(self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0, lam_beta=None):
+    def __init__(
+        self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0, lam_beta: float | None = None
+    ):
         super().__init__(lam, mean_batch, share_fraction)
         if lam_beta is not None and lam_beta <= 0:
             raise ValueError(f"naivemix: lam_beta must be > 0, got {lam_beta}")
