@@ -88,13 +88,16 @@ def test_algorithms_see_a_context_never_the_engine():
     assert "fed.algorithms" not in graph["fed.config"]
 
 
-def test_importing_the_registries_leaves_logging_alone_and_torchvision_unloaded():
+def test_importing_the_registries_leaves_logging_alone_and_a_training_job_starts_light():
     """The workflow imports fed's registries; a library that configures the root logger on import (Opacus does)
-    would print every Snakemake log line twice, so such imports stay inside the functions that need them."""
+    would print every Snakemake log line twice, so such imports stay inside the functions that need them. A training
+    job (workflow/scripts/train.py) imports neither torchvision (models, ops, torch._dynamo: ~2 s of every job's
+    start) nor pandas (~0.6 s): only the code that uses them (torchvision's models, tables, figures) does."""
     code = (
-        "import logging, sys, fed.algorithms, fed.runner, fed.validate;"
-        "print(len(logging.getLogger().handlers), 'torchvision' in sys.modules)"
+        "import logging, sys, fed.config, fed.runner, fed.tracking;"
+        "job = [m in sys.modules for m in ('torchvision', 'pandas')];"
+        "import fed.algorithms, fed.validate;"
+        "print(len(logging.getLogger().handlers), *job)"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
-    # torchvision (models, ops, torch._dynamo) adds ~2 s to every job's start; only models that use it import it
-    assert out.split() == ["0", "False"]
+    assert out.split() == ["0", "False", "False"]

@@ -219,3 +219,17 @@ def test_wall_time_accumulates_across_resumes(setup, tmp_path):
     # timings, which a shared CI machine could reorder
     before = resumed["wall_seconds"] - resumed["segment_seconds"]
     assert 0 < before <= first["wall_seconds"]
+
+
+def test_history_csv_has_every_scalar_metric_and_leaves_gaps_empty(tmp_path):
+    from fed.runner import write_history_csv
+
+    history = [
+        {"round": 1, "train_loss": 1.5, "local_steps": 9, "global_acc": 50.0, "per_class_acc": [1.0, 2.0]},
+        {"round": 2, "train_loss": math.nan, "local_steps": 9, "zsdg_calls": 3},
+    ]
+    write_history_csv(history, tmp_path / "h.csv")
+    lines = (tmp_path / "h.csv").read_text().splitlines()
+    assert lines == ["round,train_loss,local_steps,global_acc,zsdg_calls", "1,1.5,9,50.0,", "2,,9,,3"]
+    df = pd.read_csv(tmp_path / "h.csv")
+    assert df.train_loss.isna().tolist() == [False, True] and df.zsdg_calls.tolist()[1] == 3
