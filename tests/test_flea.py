@@ -294,3 +294,39 @@ def test_fedmix_shares_the_means_of_a_fraction_of_each_client_s_samples(syntheti
         assert ctx.ledger["mean_batches"] == sum(math.ceil(n / 10) for n in averaged)
     with pytest.raises(ValueError, match="share_fraction"):
         build_algorithm("fedmix", share_fraction=0)
+
+
+def test_fedgen_option_of_flea_s_description_generates_cut_feature_maps_with_four_transposed_convs(
+    synthetic_root, partition
+):
+    """FLea App. C: "a generator of four ConvTranspose2d layers". ``space: cut, generator: conv`` makes feature maps
+    of the cut's exact shape, scored by the rest of the model (``head``); the default stays FedGen's MLP of
+    penultimate representations."""
+    from fed.algorithms.fedgen import conv_generator
+
+    for shape in [(16, 7, 7), (16, 32, 32), (16, 16, 86)]:
+        net = conv_generator(42, shape)
+        assert sum(isinstance(m, torch.nn.ConvTranspose2d) for m in net.modules()) == 4
+        out = net(torch.zeros(2, 42, 1, 1))
+        assert out.shape[:2] == (2, shape[0]) and out.shape[2] >= shape[1] and out.shape[3] >= shape[2]
+    with pytest.raises(ValueError, match="feature maps"):
+        conv_generator(42, (64,))
+
+    eng = Engine(
+        FLConfig(**{**CFG.to_dict(), "rounds": 2}),
+        build_algorithm("fedgen", space="cut", generator="conv", generator_steps=3, batch=8),
+        load_dataset("synthetic", synthetic_root, "train"),
+        load_dataset("synthetic", synthetic_root, "test"),
+        partition,
+        0,
+        progress=None,
+    )
+    out = eng.run()
+    algo, model = eng.algorithm, eng.ctx.global_model()
+    _, h = algo.generator(torch.tensor([0, 3, 9]), torch.Generator().manual_seed(0))
+    x = eng.ctx.client_data(0)[0][:3]
+    assert h.shape == model.features(x).shape == (3, 16, 7, 7)  # AudioNet's cut after block 1
+    assert algo.score(model, h).shape == (3, 10) and not out["diverged"]
+    assert all(math.isfinite(r["generator_loss"]) for r in out["history"])
+    with pytest.raises(ValueError, match="space"):
+        build_algorithm("fedgen", space="pixels")
