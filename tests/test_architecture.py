@@ -90,9 +90,10 @@ def test_algorithms_see_a_context_never_the_engine():
 
 def test_importing_the_registries_leaves_logging_alone_and_a_training_job_starts_light():
     """The workflow imports fed's registries; a library that configures the root logger on import (Opacus does)
-    would print every Snakemake log line twice, so such imports stay inside the functions that need them. A training
-    job (workflow/scripts/train.py) imports neither torchvision (models, ops, torch._dynamo: ~2 s of every job's
-    start) nor pandas (~0.6 s): only the code that uses them (torchvision's models, tables, figures) does."""
+    would print every Snakemake log line twice, so such imports stay inside the functions that need them. The
+    training path (workflow/scripts/train.py's imports) loads neither torchvision (models, ops, torch._dynamo: ~2 s
+    of every job's start) nor pandas: only the code that uses them (torchvision's models, tables, figures) does.
+    (MLflow imports pandas when a tracked run starts; an untracked ``fed run`` never loads it.)"""
     code = (
         "import logging, sys, fed.config, fed.runner, fed.tracking;"
         "job = [m in sys.modules for m in ('torchvision', 'pandas')];"

@@ -242,7 +242,7 @@ def run_stage(
 
 def write_history_csv(history: list[dict[str, Any]], path: Path) -> None:
     """One row per round, the scalar metrics as columns in order of first appearance; a metric a round did not
-    record, or a non-finite one, is empty (the csv module: pandas costs every training job ~0.6 s to import)."""
+    record, or a non-finite one, is empty (the csv module: the runner does not import pandas)."""
     rows = [{k: v for k, v in row.items() if not isinstance(v, (list, dict))} for row in history]
     columns = list(dict.fromkeys(k for row in rows for k in row))
     with open(path, "w", newline="") as f:
