@@ -62,9 +62,7 @@ def cells(fig):
 
 def line_of(fig, c: dict) -> str:
     """The line a cell belongs to (its legend entry)."""
-    if c["method"] == fig.get("reference"):
-        return fig.get("labels", {}).get(c["method"], c["method"])
-    if fig.get("x_of", "partition") == "partition":
+    if c["method"] == fig.get("reference") or fig.get("x_of", "partition") == "partition":
         return fig.get("labels", {}).get(c["method"], c["method"])
     if "series" in fig:
         return fig["series"][c["method"]] + (f", {c['partition']}" if len(fig["partitions"]) > 1 else "")
