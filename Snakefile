@@ -28,6 +28,7 @@ localrules:
     partition,
     plot_partition,
     mlflow_init,
+    mlflow_log,
     table,
     costs,
     claims,
@@ -40,3 +41,4 @@ rule all:
         table_outputs(),
         figure_outputs(),
         partition_figures(),
+        tracking_outputs(),

@@ -75,3 +75,45 @@ def test_a_failing_job_is_marked_failed_with_the_rounds_it_finished(cell, monkey
     run()  # resumes from round 1 and continues the same run to the end
     (again,) = runs()
     assert again.info.run_id == only.info.run_id and again.info.status == "FINISHED"
+
+
+def test_batch_logging_makes_the_run_a_live_job_makes_once_per_cell(cell, tmp_path):
+    """tracking_mode: batch — the training job writes its files only; log_finished then makes the run a live job
+    would have made (params, tags, one step per round, last/best), once: a second call adds nothing, a recomputed
+    cell replaces its run, and a non-finite metric (null in metrics.json) is logged as NaN."""
+    import math
+
+    from fed.tracking import log_finished
+
+    run, runs, client, _ = cell
+    live = run()  # followed live in the cell's store
+    [live_run] = runs()
+    batch_uri = f"sqlite:///{tmp_path / 'batch.db'}"
+    init_store(batch_uri, ["fedzda"])
+    batch = MlflowClient(batch_uri)
+
+    def batch_runs():
+        return batch.search_runs([batch.get_experiment_by_name("fedzda").experiment_id])
+
+    metrics = tmp_path / "out" / "metrics.json"
+    [run_id] = log_finished(batch_uri, [metrics]).values()
+    [logged] = batch_runs()
+    assert logged.info.run_id == run_id and logged.info.status == "FINISHED"
+    assert logged.data.params == live_run.data.params and logged.info.run_name == live_run.info.run_name
+    internal = {"fed.metrics_sha256", "mlflow.runName"}
+    assert {k: v for k, v in logged.data.tags.items() if k not in internal} == {
+        k: v for k, v in live_run.data.tags.items() if k not in internal
+    }
+    assert logged.data.metrics == live_run.data.metrics  # last values: the round metrics, last_*, best_*, wall
+    history = [(m.step, m.value) for m in batch.get_metric_history(run_id, "global_acc")]
+    assert history == [(row["round"], row["global_acc"]) for row in live["history"]]
+
+    assert log_finished(batch_uri, [metrics]) == {str(metrics): run_id} and len(batch_runs()) == 1
+
+    record = json.loads(metrics.read_text())
+    record["history"][-1]["global_acc"] = None  # as a diverged round is written
+    metrics.write_text(json.dumps(record))
+    [new_id] = log_finished(batch_uri, [metrics]).values()
+    [replaced] = batch_runs()
+    assert replaced.info.run_id == new_id != run_id
+    assert math.isnan(batch.get_metric_history(new_id, "global_acc")[-1].value)

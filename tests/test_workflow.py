@@ -68,6 +68,10 @@ def test_flea_quick_config_dry_run(tmp_path):
     assert counts["train"] == 2 * 3 * 10 * 2 + 2 and counts["stage"] == 2 * 2 * 3
     assert counts["table"] == 2 and counts["figure"] == 6 and counts["claims"] == 1 and counts["prepare_data"] == 1
     assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "data/cifar10" not in out
+    # tracking_mode: batch: the training jobs do not open the store; one job logs the paper's cells at the end
+    assert counts["mlflow_log"] == 1 and counts["mlflow_init"] == 1
+    train_inputs = re.findall(r"rule train:\n\s+input: (.*)", out)
+    assert len(train_inputs) == counts["train"] and not any("mlflow" in i for i in train_inputs)
     # the measured run's cells are committed: tables, figures and claims rebuild from them; only the cells not
     # committed train, and the four whose models Figs. 9(c, d) attack (weights are never committed)
     committed = set(json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"])

@@ -267,23 +267,31 @@ def run_cell(
     stages: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     method, tuning = tuned(method, stages)
+    cell = {
+        "dataset": dataset,
+        "partition_file": str(partition_file),
+        "partition": partition_spec(partition_file),  # what a committed copy of this cell is checked against
+        "seed": seed,
+        "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
+        "config": cfg.to_dict(),
+    }
+    if tracking:  # recorded also when not followed live: fed.tracking.log_finished logs the cell from its record
+        cell["tracking"] = {
+            "experiment": tracking["experiment"],
+            "run_name": cell_label(dataset, partition_file, method, seed),
+            "tags": tracking.get("tags", {}),
+        }
     live = None
     callbacks = {}
-    if tracking:
-        from fed.tracking import LiveRun
+    if tracking and tracking.get("live", True):
+        from fed.tracking import LiveRun, run_params
 
-        params = {
-            "preset": cfg.to_dict(),
-            "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
-            "dataset": dataset,
-            "seed": seed,
-        }
         live = LiveRun(
             tracking["uri"],
             tracking["experiment"],
-            cell_label(dataset, partition_file, method, seed),
-            params,
-            tracking.get("tags", {}),
+            cell["tracking"]["run_name"],
+            run_params(cell),
+            cell["tracking"]["tags"],
         )
         callbacks = {"on_start": live.start, "on_round": live.log_round}
     engine = make_engine(
@@ -309,12 +317,7 @@ def run_cell(
         # the final global model (figures invert it), on the CPU so that any machine can read it
         torch.save({k: v.cpu() for k, v in engine.global_state.items()}, out / "model.pt")
         record = {
-            "dataset": dataset,
-            "partition_file": str(partition_file),
-            "partition": partition_spec(partition_file),  # what a committed copy of this cell is checked against
-            "seed": seed,
-            "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
-            "config": cfg.to_dict(),
+            **cell,
             "identity": engine.fingerprint(),
             **({"tuning": {"scores": tuning["scores"], "tune": tuning["tune"]}} if tuning else {}),
             **summary,

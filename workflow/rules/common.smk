@@ -250,10 +250,11 @@ def train_inputs(w):
     inputs = {
         "data": f"{DATA}/{w.dataset}/tensors.pt",
         "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
-        "store": MLFLOW_READY.format(
-            paper=CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))]
-        ),
     }
+    if config["tracking_mode"] == "live":  # the job logs to the store as it trains
+        inputs["store"] = MLFLOW_READY.format(
+            paper=CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))]
+        )
     key = (w.preset, w.dataset, w.partition, int(w.seed))
     stages = method_stages(w.method) or fedavg_prefix_of(key, w.method)
     for name, stage in stages.items():
@@ -295,6 +296,29 @@ def figure_inputs(w):
             for *key, stage in figure_stages(config["figures"][FIGURES[w.figure]])
         ],
     }
+
+
+def trained_cells(paper):
+    """metrics.json of every cell of `paper` that the DAG trains (not those read from reference_dir), for the
+    mlflow_log rule."""
+    reads = [(c, True) for e in config["tables"].values() for c in table_cells(e)]
+    for fig in config["figures"].values():
+        committed = not FIGURE_KINDS[fig["kind"]].NEEDS_MODELS
+        reads += [(c, committed) for c in figure_cells(fig)]
+    paths = {
+        cell_path(**c, committed=committed)
+        for c, committed in reads
+        if CELL_PAPER[tuple(c.values())] == paper
+    }
+    return sorted(p for p in paths if p.startswith(f"{RESULTS}/"))
+
+
+def tracking_outputs():
+    """tracking_mode: batch — one mlflow_log job per paper that trains a cell."""
+    if config["tracking_mode"] != "batch":
+        return []
+    papers = sorted(set(CELL_PAPER.values()))
+    return [f"{RESULTS}/mlflow/{p}.logged.tsv" for p in papers if trained_cells(p)]
 
 
 def cost_cells(paper, preset):

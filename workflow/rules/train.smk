@@ -12,6 +12,25 @@ rule mlflow_init:
         "../scripts/mlflow_init.py"
 
 
+rule mlflow_log:
+    """tracking_mode: batch — log a paper's trained cells to MLflow in one job once they are finished (a training
+    job then skips MLflow's start-up); a cell logged before with the same metrics is left as it is.
+    """
+    input:
+        store=MLFLOW_READY,
+        metrics=lambda w: trained_cells(w.paper),
+    output:
+        f"{RESULTS}/mlflow/{{paper}}.logged.tsv",
+    log:
+        "logs/mlflow_log/{paper}.log",
+    conda:
+        "../../envs/fed.yaml"
+    params:
+        uri=TRACKING_URI,
+    script:
+        "../scripts/mlflow_log.py"
+
+
 rule stage:
     """A preparatory stage (fed.stages): e.g. FedAvg up to round r, the shared prefix of every run that starts
     augmenting at round r + 1. Computed once per (preset, dataset, partition, seed, stage).
@@ -69,6 +88,7 @@ rule train:
         work_dir=f"{RESULTS}/work/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}",
         tracking=lambda w: {
             "uri": TRACKING_URI,
+            "live": config["tracking_mode"] == "live",
             "experiment": CELL_PAPER[
                 (w.preset, w.dataset, w.partition, w.method, int(w.seed))
             ],

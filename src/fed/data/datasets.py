@@ -194,7 +194,9 @@ def load_dataset(name: str, root: str | Path, split: str, device: str | torch.de
         train = arrays["x_train"].to(torch.float32)
         mean = train.mean((0, 2, 3)).view(1, -1, 1, 1).to(device)
         std = train.std((0, 2, 3)).clamp_min(1e-8).view(1, -1, 1, 1).to(device)
-    return TensorDataset((x - mean) / std, arrays[f"y_{split}"].to(device), meta.num_classes)
+    return TensorDataset(
+        x.sub_(mean).div_(std), arrays[f"y_{split}"].to(device), meta.num_classes
+    )  # in place: no full-size copies
 
 
 def load_labels(name: str, root: str | Path, split: str = "train") -> np.ndarray:
