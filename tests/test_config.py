@@ -247,6 +247,10 @@ def test_fed_check_names_the_file_and_line_snakemake_does_not(tmp_path):
         [sys.executable, "-m", "fed.cli", "check", str(REPO / "config/smoke.yaml")], capture_output=True, text=True
     )
     assert ok.returncode == 0 and "config ok" in ok.stdout
+    bad.write_text("tracking_mode: sometimes\n")  # a schema error: the key and the reason, not the schema
+    proc = subprocess.run([sys.executable, "-m", "fed.cli", "check", str(bad)], capture_output=True, text=True)
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1
+    assert "tracking_mode: 'sometimes' is not one of ['live', 'batch']" in proc.stderr
 
 
 @pytest.mark.parametrize(

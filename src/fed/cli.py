@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 from pathlib import Path
 
 import yaml
@@ -148,8 +149,12 @@ def check_files(overlays: list[str]) -> list[str]:
     config = with_papers(config, repo / "config" / "papers")
     try:
         validate(config, str(repo / "workflow" / "schemas" / "config.schema.yaml"))
-    except Exception as err:
-        raise ValueError(str(err).strip().splitlines()[-1]) from None
+    except Exception as err:  # Snakemake's message prints the whole schema; say what is wrong and where
+        text = str(err)
+        what = re.search(r"ValidationError: (.*)", text)
+        where = re.search(r"On instance((?:\[[^\]]*\])*):", text)
+        key = ".".join(re.findall(r"\['?([^\]']*)'?\]", where[1])) if where and where[1] else "config"
+        raise ValueError(f"{key}: {what[1] if what else text.strip().splitlines()[-1]}") from None
     return check_config(config)
 
 
