@@ -11,7 +11,7 @@ from snakemake.exceptions import WorkflowError
 from snakemake.utils import update_config, validate
 
 from fed.config import FLConfig, resolve_preset, with_papers
-from fed.validate import check_config
+from fed.validate import check_config, schema_error
 
 SCHEMA = str(REPO / "workflow/schemas/config.schema.yaml")
 BASE = with_papers(yaml.safe_load((REPO / "config.yaml").read_text()), REPO / "config/papers")
@@ -50,19 +50,21 @@ def test_shipped_configs_are_valid(monkeypatch):
 
 
 @pytest.mark.parametrize(
-    "mutate, message",
+    "mutate, key, message",
     [
-        (lambda c: c["presets"]["fedzda"].update(fraction=0), "0 is less than or equal to the minimum of 0"),
-        (lambda c: c["presets"]["fedzda"].update(fraction=1.5), "1.5 is greater than the maximum of 1"),
-        (lambda c: c["presets"]["fedzda"].update(rounds=-3), "-3 is less than the minimum of 1"),
-        (lambda c: c["partitions"].update(d={"scheme": "dirichlet", "beta": 0}), "0 is less than or equal to"),
-        (lambda c: c["presets"]["fedzda"].update(learning_rate=0.1), "Additional properties are not allowed"),
-        (lambda c: c["presets"]["fedzda"].update(aggregation="median"), "'median' is not one of"),
+        (lambda c: c["presets"]["fedzda"].update(fraction=0), "presets.fedzda.fraction", "0 is less than or equal to"),
+        (lambda c: c["presets"]["fedzda"].update(fraction=1.5), "presets.fedzda.fraction", "1.5 is greater than the"),
+        (lambda c: c["presets"]["fedzda"].update(rounds=-3), "presets.fedzda.rounds", "-3 is less than the minimum"),
+        (lambda c: c["partitions"].update(d={"scheme": "dirichlet", "beta": 0}), "partitions.d.beta", "0 is less"),
+        (lambda c: c["presets"]["fedzda"].update(learning_rate=0.1), "presets.fedzda", "Additional properties are"),
+        (lambda c: c["presets"]["fedzda"].update(aggregation="median"), "presets.fedzda.aggregation", "'median' is"),
+        (lambda c: c.update(tracking_mode="sometimes"), "tracking_mode", "'sometimes' is not one of"),
     ],
 )
-def test_schema_rejects_out_of_range_values(mutate, message):
-    with pytest.raises(WorkflowError, match=message):
+def test_schema_rejects_out_of_range_values(mutate, key, message):
+    with pytest.raises(WorkflowError, match=message) as err:
         checked(mutate)
+    assert schema_error(err.value).startswith(f"{key}: {message}")  # what the workflow and `fed check` print
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 from pathlib import Path
 
 import yaml
@@ -140,7 +139,7 @@ def check_files(overlays: list[str]) -> list[str]:
     from snakemake.utils import update_config, validate
 
     from fed.config import load_yaml, with_papers
-    from fed.validate import check_config
+    from fed.validate import check_config, schema_error
 
     repo = _repo()
     config = load_yaml(repo / "config.yaml")
@@ -149,12 +148,8 @@ def check_files(overlays: list[str]) -> list[str]:
     config = with_papers(config, repo / "config" / "papers")
     try:
         validate(config, str(repo / "workflow" / "schemas" / "config.schema.yaml"))
-    except Exception as err:  # Snakemake's message prints the whole schema; say what is wrong and where
-        text = str(err)
-        what = re.search(r"ValidationError: (.*)", text)
-        where = re.search(r"On instance((?:\[[^\]]*\])*):", text)
-        key = ".".join(re.findall(r"\['?([^\]']*)'?\]", where[1])) if where and where[1] else "config"
-        raise ValueError(f"{key}: {what[1] if what else text.strip().splitlines()[-1]}") from None
+    except Exception as err:
+        raise ValueError(schema_error(err)) from None
     return check_config(config)
 
 

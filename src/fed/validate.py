@@ -6,6 +6,7 @@ Lives above ``fed.config`` (which holds only types), so that nothing below impor
 from __future__ import annotations
 
 import inspect
+import re
 from typing import Any
 
 import numpy as np
@@ -243,3 +244,12 @@ def parameter_errors(cls: type, params: dict[str, Any]) -> list[str]:
         except (TypeError, ValueError) as err:
             errors.append(f"bad parameters for {cls.name}: {err}")
     return errors
+
+
+def schema_error(err: Exception) -> str:
+    """Snakemake's schema-validation error, which prints the whole schema, as "key.path: what is wrong"."""
+    text = str(err)
+    what = re.search(r"ValidationError: (.*)", text)
+    where = re.search(r"On instance((?:\[[^\]]*\])*):", text)
+    key = ".".join(re.findall(r"\['?([^\]']*)'?\]", where[1])) if where and where[1] else "config"
+    return f"{key}: {what[1] if what else text.strip().splitlines()[-1]}"

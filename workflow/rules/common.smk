@@ -19,7 +19,7 @@ from fed.reporting.figure_kinds import FIGURE_KINDS, cell
 from fed.config import FLConfig, MethodSpec, resolve_preset, sweep_variants, with_papers
 from fed.reference import stale_reasons
 from fed.stages import Stage
-from fed.validate import check_config
+from fed.validate import check_config, schema_error
 from fed.tracking import default_uri
 
 try:  # each paper's presets, methods, tables and figures, under config.yaml and the overlays
@@ -34,7 +34,10 @@ for _key in (
 ):  # --config download=false arrives as the string "false"
     if str(config.get(_key)).lower() in ("true", "false"):
         config[_key] = str(config[_key]).lower() == "true"
-validate(config, "../schemas/config.schema.yaml")
+try:
+    validate(config, "../schemas/config.schema.yaml")
+except WorkflowError as _err:
+    raise WorkflowError(f"fedrepro: {schema_error(_err)}") from None
 try:
     for _warning in check_config(config):
         print(f"fedrepro: {_warning}", file=sys.stderr)
