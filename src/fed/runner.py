@@ -1,5 +1,6 @@
 """Run one cell (preset × dataset × partition × method × seed): the function behind the ``train`` rule and
-``fed run``. Writes ``metrics.json`` and ``history.csv`` to ``out_dir`` and logs the run to MLflow."""
+``fed run``. Writes ``metrics.json`` and ``history.csv`` to ``out_dir`` and, given ``tracking``, follows the run in
+MLflow live (or, with ``tracking["live"]`` false, records what fed.tracking.log_finished needs to log it later)."""
 
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ The SQLite store must exist before training jobs fan out (concurrent first-time 
 so :func:`init_store` is called once by the ``mlflow_init`` rule; each training job then follows its cell live
 (:class:`LiveRun`), retrying while another process holds the SQLite write lock. With ``tracking_mode: batch`` the
 training jobs only write their files and :func:`log_finished` logs the finished cells in one process (MLflow's
-import and SQL store cost each job ≈ 2–3 s: a tenth of a short cell).
+import and SQL store cost each job ≈ 2 s: a tenth of a short cell).
 """
 
 from __future__ import annotations
