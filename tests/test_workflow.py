@@ -100,6 +100,19 @@ def test_flea_sweeps_overlay_dry_run(tmp_path):
     assert all(f"runs/flea_quick_d100/fmnist/qua3/{m}/seed1/metrics.json" in out for m in SWEEPS)
 
 
+def test_flea_scarcity_overlay_dry_run(tmp_path):
+    both = ("--configfile", str(REPO / "config/flea_quick.yaml"), str(REPO / "config/flea_scarcity_quick.yaml"))
+    out = snakemake(tmp_path, "-n", *both, "--config", "reference_dir=null").stdout
+    counts = job_counts(out)
+    # Fig. 2's four methods (no FedData) at |D_k| = 5000, 500, 100 on Fashion-MNIST IID, one seed; Fig. 3 reads
+    # FedAvg's cells of (a) and (c); four more figures, three more partitions (12, 120 and 600 clients)
+    assert counts["train"] == 122 + 3 * 4 and counts["figure"] == 6 + 4 and counts["partition"] == 12 + 3
+    for size in (5000, 500, 100):
+        assert all(f"runs/flea_scarcity_quick_{size}/fmnist/iid/{m}/seed0/" in out for m in ("fedavg", "fedmix"))
+        assert f"partitions/flea_scarcity_quick_{size}/fmnist/iid/seed0.json" in out
+    assert "data/cifar10" not in out
+
+
 def test_dafl_quick_config_dry_run(tmp_path):
     quick = ("--configfile", str(REPO / "config/dafl_quick.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *quick, "--config", "reference_dir=null").stdout)
