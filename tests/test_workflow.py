@@ -75,7 +75,8 @@ def test_flea_quick_config_dry_run(tmp_path):
     # the measured run's cells are committed: tables, figures and claims rebuild from them; only the cells not
     # committed train, and the four whose models Figs. 9(c, d) attack (weights are never committed)
     committed = set(json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"])
-    committed = {c for c in committed if c.split("/")[3] not in SWEEPS}  # the sweeps overlay's cells: below
+    # the sweeps and scarcity overlays' cells: below
+    committed = {c for c in committed if c.split("/")[0].startswith("flea_quick_d") and c.split("/")[3] not in SWEEPS}
     counts = job_counts(snakemake(tmp_path, "-n", *quick).stdout)
     attacked = {f"flea_quick_d100/fmnist/qua3/{m}/seed{s}" for m in ("flea", "flea_l1_1") for s in (0, 1)}
     assert len(committed) <= 122 and counts.get("train", 0) == 122 - len(committed) + len(attacked & committed)
@@ -111,6 +112,17 @@ def test_flea_scarcity_overlay_dry_run(tmp_path):
         assert all(f"runs/flea_scarcity_quick_{size}/fmnist/iid/{m}/seed0/" in out for m in ("fedavg", "fedmix"))
         assert f"partitions/flea_scarcity_quick_{size}/fmnist/iid/seed0.json" in out
     assert "data/cifar10" not in out
+    # its 12 cells are committed: only Fig. 3's two FedAvg cells retrain (it reads their models)
+    counts = job_counts(snakemake(tmp_path, "-n", *both).stdout)
+    committed = json.loads((REPO / "reference/flea_quick/MANIFEST.json").read_text())["cells"]
+    assert sum(c.startswith("flea_scarcity_quick_") for c in committed) == 12
+    retrained = snakemake(tmp_path, "-n", *both, "--", "reports/figures/flea/fig3_separability.png").stdout
+    assert (
+        job_counts(retrained)["train"] == 2
+        and counts["train"]
+        == job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/flea_quick.yaml")).stdout)["train"]
+        + 2
+    )
 
 
 def test_dafl_quick_config_dry_run(tmp_path):
