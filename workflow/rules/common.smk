@@ -253,11 +253,11 @@ def train_inputs(w):
     inputs = {
         "data": f"{DATA}/{w.dataset}/tensors.pt",
         "partition": f"partitions/{w.preset}/{w.dataset}/{w.partition}/seed{w.seed}.json",
-    }
-    if config["tracking_mode"] == "live":  # the job logs to the store as it trains
-        inputs["store"] = MLFLOW_READY.format(
+        # also with tracking_mode: batch, so that switching the mode changes no job's inputs (Snakemake would rerun it)
+        "store": MLFLOW_READY.format(
             paper=CELL_PAPER[(w.preset, w.dataset, w.partition, w.method, int(w.seed))]
-        )
+        ),
+    }
     key = (w.preset, w.dataset, w.partition, int(w.seed))
     stages = method_stages(w.method) or fedavg_prefix_of(key, w.method)
     for name, stage in stages.items():

@@ -88,7 +88,6 @@ rule train:
         work_dir=f"{RESULTS}/work/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}",
         tracking=lambda w: {
             "uri": TRACKING_URI,
-            "live": config["tracking_mode"] == "live",
             "experiment": CELL_PAPER[
                 (w.preset, w.dataset, w.partition, w.method, int(w.seed))
             ],

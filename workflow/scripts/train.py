@@ -11,6 +11,8 @@ from fed.tracking import git_commit
 w, p = snakemake.wildcards, snakemake.params
 tracking = dict(p.tracking)
 tracking["tags"] = dict(tracking["tags"], git_commit=git_commit(snakemake.scriptdir))
+# from the config, not a param: switching the mode must not rerun the cells (a changed param would)
+tracking["live"] = snakemake.config["tracking_mode"] == "live"
 with open(snakemake.log[0], "w") as log:
     run_cell(
         FLConfig.from_preset(p.preset, w.dataset),
