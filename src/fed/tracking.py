@@ -111,6 +111,17 @@ def _metrics(row: dict[str, Any], step: int, prefix: str = "") -> list:
     ]
 
 
+def _log_batches(client, run_id: str, metrics: list) -> None:
+    """``metrics`` in MLflow's batches of at most 1,000."""
+    for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
+        client.log_batch(run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+
+
+def _nan_for_null(row: dict[str, Any]) -> dict[str, Any]:
+    """A metrics.json row (strict JSON writes non-finite numbers as null) with NaN where a live run logged NaN."""
+    return {k: math.nan if v is None else v for k, v in row.items()}
+
+
 class LiveRun:
     """One MLflow run per cell identity, visible from the job's start.
 
@@ -151,15 +162,9 @@ class LiveRun:
         retry(lambda: _client(self.uri).log_batch(self.run_id, metrics=_metrics(row, int(row["round"]))))
 
     def log_rounds(self, rows: list[dict[str, Any]]) -> None:
-        """Many rounds at once (a finished cell), in MLflow's batches of at most 1,000 metrics."""
+        """Many rounds at once (a finished cell)."""
         metrics = [m for row in rows for m in _metrics(row, int(row["round"]))]
-
-        def attempt():
-            client = _client(self.uri)
-            for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-                client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
-
-        retry(attempt)
+        retry(lambda: _log_batches(_client(self.uri), self.run_id, metrics))
 
     def finish(self, summary: dict[str, Any], artifacts: list[str | Path]) -> None:
         metrics = []
@@ -175,8 +180,7 @@ class LiveRun:
 
         def attempt():
             client = _client(self.uri)
-            for i in range(0, len(metrics), MAX_METRICS_PER_BATCH):
-                client.log_batch(self.run_id, metrics=metrics[i : i + MAX_METRICS_PER_BATCH])
+            _log_batches(client, self.run_id, metrics)
             for k, v in tags.items():
                 client.set_tag(self.run_id, k, v)
             for path in artifacts:
@@ -232,12 +236,8 @@ def log_finished(uri: str, metrics_files: list[str | Path]) -> dict[str, str]:
         if same:
             logged[str(path)] = same[0].info.run_id
             continue
-
-        def nan_for_null(row):
-            return {k: math.nan if v is None else v for k, v in row.items()}
-
-        summary = cell | {"history": list(map(nan_for_null, cell["history"]))}
-        summary |= {k: nan_for_null(cell[k]) for k in ("last", "best")}
+        summary = cell | {"history": list(map(_nan_for_null, cell["history"]))}
+        summary |= {k: _nan_for_null(cell[k]) for k in ("last", "best")}
         logged[str(path)] = log_run(
             uri,
             cell["tracking"]["experiment"],

@@ -301,6 +301,7 @@ def figure_inputs(w):
     }
 
 
+@functools.cache
 def trained_cells(paper):
     """metrics.json of every cell of `paper` that the DAG trains (not those read from reference_dir), for the
     mlflow_log rule."""
