@@ -79,8 +79,9 @@ def test_a_failing_job_is_marked_failed_with_the_rounds_it_finished(cell, monkey
 
 def test_batch_logging_makes_the_run_a_live_job_makes_once_per_cell(cell, tmp_path):
     """tracking_mode: batch — the training job writes its files only; log_finished then makes the run a live job
-    would have made (params, tags, one step per round, last/best), once: a second call adds nothing, a recomputed
-    cell replaces its run, and a non-finite metric (null in metrics.json) is logged as NaN."""
+    would have made (params, tags, one step per round, last/best), once: a second call adds nothing, nor does a
+    call on a store whose live run is up to date, a recomputed cell replaces its run, and a non-finite metric
+    (null in metrics.json) is logged as NaN."""
     import math
 
     from fed.tracking import log_finished
@@ -88,6 +89,11 @@ def test_batch_logging_makes_the_run_a_live_job_makes_once_per_cell(cell, tmp_pa
     run, runs, client, _ = cell
     live = run()  # followed live in the cell's store
     [live_run] = runs()
+    metrics = tmp_path / "out" / "metrics.json"
+    live_uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    # switching the store to batch mode keeps the live run: it carries its metrics.json's digest
+    assert log_finished(live_uri, [metrics]) == {str(metrics): live_run.info.run_id}
+    assert [r.info.run_id for r in runs()] == [live_run.info.run_id]
     batch_uri = f"sqlite:///{tmp_path / 'batch.db'}"
     init_store(batch_uri, ["fedzda"])
     batch = MlflowClient(batch_uri)
@@ -95,7 +101,6 @@ def test_batch_logging_makes_the_run_a_live_job_makes_once_per_cell(cell, tmp_pa
     def batch_runs():
         return batch.search_runs([batch.get_experiment_by_name("fedzda").experiment_id])
 
-    metrics = tmp_path / "out" / "metrics.json"
     [run_id] = log_finished(batch_uri, [metrics]).values()
     [logged] = batch_runs()
     assert logged.info.run_id == run_id and logged.info.status == "FINISHED"

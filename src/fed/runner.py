@@ -324,11 +324,16 @@ def run_cell(
             **summary,
         }
         tmp = out / "metrics.json.tmp"
-        tmp.write_text(json.dumps(json_safe(record), indent=1, allow_nan=False))
+        text = json.dumps(json_safe(record), indent=1, allow_nan=False)
+        tmp.write_text(text)
         write_history_csv(summary["history"], out / "history.csv")
         tmp.replace(out / "metrics.json")
         if live:
-            live.finish(summary, [out / "metrics.json", out / "history.csv"])
+            from fed.tracking import metrics_digest
+
+            live.finish(
+                summary, [out / "metrics.json", out / "history.csv"], {"fed.metrics_sha256": metrics_digest(text)}
+            )
         return record
     except BaseException:
         if live:

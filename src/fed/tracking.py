@@ -100,6 +100,12 @@ def retry(call, retries: int = 20):
     raise AssertionError("unreachable")
 
 
+def metrics_digest(text: str) -> str:
+    """The tag ``fed.metrics_sha256`` of a cell's run: the digest of its ``metrics.json``, by which
+    :func:`log_finished` knows a run (live or batch) that is already up to date."""
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def _metrics(row: dict[str, Any], step: int, prefix: str = "") -> list:
     from mlflow.entities import Metric
 
@@ -166,7 +172,7 @@ class LiveRun:
         metrics = [m for row in rows for m in _metrics(row, int(row["round"]))]
         retry(lambda: _log_batches(_client(self.uri), self.run_id, metrics))
 
-    def finish(self, summary: dict[str, Any], artifacts: list[str | Path]) -> None:
+    def finish(self, summary: dict[str, Any], artifacts: list[str | Path], tags: dict[str, str] | None = None) -> None:
         metrics = []
         for prefix in ("last", "best"):
             metrics += _metrics(summary[prefix], int(summary[prefix].get("round", 0)), f"{prefix}_")
@@ -176,6 +182,7 @@ class LiveRun:
             "device": summary["device"],
             "threads": str(summary.get("threads", "")),
             **{f"shared.{k}": str(v) for k, v in summary.get("shared", {}).items()},
+            **(tags or {}),
         }
 
         def attempt():
@@ -221,15 +228,16 @@ def log_finished(uri: str, metrics_files: list[str | Path]) -> dict[str, str]:
     """Log finished cells that no job followed live (``tracking_mode: batch``), each from its ``metrics.json`` and
     the ``history.csv`` beside it: the run a :class:`LiveRun` leaves (params, tags, one step per round, last/best
     metrics, the two files as artifacts), under the experiment and tags the training job recorded. A cell whose
-    identity already has a FINISHED run of the same ``metrics.json`` (tag ``fed.metrics_sha256``) is left as it
-    is, so a re-run logs only new or recomputed cells; a recomputed cell replaces its run. A non-finite metric
+    identity already has a FINISHED run of the same ``metrics.json`` (tag ``fed.metrics_sha256``, which a live run
+    sets too) is left as it is, so a re-run, or a switch from live to batch, logs only new or recomputed cells; a
+    recomputed cell replaces its run. A non-finite metric
     (``null`` in the strict-JSON file) is logged as NaN, as a live run logs it. Returns {file: run id}."""
     client = _client(uri)
     logged = {}
     for path in map(Path, metrics_files):
         text = path.read_text()
         cell = json.loads(text)
-        sha = hashlib.sha256(text.encode()).hexdigest()
+        sha = metrics_digest(text)
         exp_id = ensure_experiment(client, uri, cell["tracking"]["experiment"])
         query = f"tags.`fed.identity` = '{cell['identity']}' and tags.`fed.metrics_sha256` = '{sha}'"
         same = [r for r in client.search_runs([exp_id], filter_string=query) if r.info.status == "FINISHED"]
