@@ -22,6 +22,10 @@ NAN = math.nan
         (78.0, 1.5, 83.1, 1.5, "below paper"),  # 5.1 pp > 4.24
         (80.0, NAN, 83.1, NAN, "below paper"),  # one seed, no paper std: the floor alone
         (6.70, 1.0, 6.70, NAN, "reproduced"),  # a variance, in its own unit
+        # a wide seed spread passes no gap: 2·√(0.43² + 5.95²) = 11.9 pp, capped at 10 % of 81.24 = 8.1 pp
+        (70.85, 5.95, 81.24, 0.43, "below paper"),  # FMNIST multimodal q-FFL, Table 2: −10.4 pp
+        (73.5, 5.95, 81.24, 0.43, "reproduced"),  # −7.7 pp: within the capped spread
+        (314.6, 144.2, 135.0, 11.0, "above paper"),  # a variance 2.3× the paper's: cap 13.5, not 289
     ],
 )
 def test_verdict_rule(ours, ours_std, paper, paper_std, expected):
@@ -35,6 +39,14 @@ def test_verdict_precedence():
     reduced = verdict(83.0, 0.1, 3, 0, 83.1, 0.1, not_comparable="12 of 100 rounds")
     assert reduced == "not comparable (12 of 100 rounds)"  # even when the numbers happen to agree
     assert verdict(80.0, 0.0, 3, 0, 83.1, 0.0, tolerance=Tolerance(floor=5.0)) == "reproduced"
+    assert verdict(70.85, 5.95, 3, 0, 81.24, 0.43, tolerance=Tolerance(ceiling=None)) == "reproduced"
+
+
+@pytest.mark.parametrize("paper", [10.0, 50.0, 83.1, 100.0])
+@pytest.mark.parametrize("ours_std", [0.0, 1.0, 5.0, 20.0])
+def test_no_cell_10_pp_from_an_accuracy_reads_reproduced(paper, ours_std):
+    for gap in (10.01, 15.0, 30.0):
+        assert verdict(paper - gap, ours_std, 3, 0, paper, ours_std) != "reproduced"
 
 
 def runs(values, metric="global_acc", method="qffl"):

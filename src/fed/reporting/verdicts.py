@@ -7,8 +7,11 @@ Per cell, in this order of precedence:
 - ``no paper value``: the paper does not report this cell (e.g. our generated smoke data);
 - ``not comparable (<reason>)``: the preset departs from the paper's protocol (fewer rounds, a smaller budget) —
   the difference is still shown, but it says nothing about reproduction;
-- ``reproduced`` when |ours − paper| ≤ max(floor, k·√(σ_paper² + σ_ours²)) — by default floor = 2 (percentage
-  points for accuracies, the metric's own unit for variances) and k = 2; a missing σ counts as 0;
+- ``reproduced`` when |ours − paper| ≤ max(floor, min(k·√(σ_paper² + σ_ours²), ceiling·|paper|)) — by default
+  floor = 2 (percentage points for accuracies, the metric's own unit for variances), k = 2 and ceiling = 0.1; a
+  missing σ counts as 0. The ceiling keeps a wide seed spread from passing any gap: with 3 seeds 6 pp apart the
+  spread term alone allows 12 pp, while the ceiling allows at most a tenth of the paper's value (≤ 10 pp for an
+  accuracy), so no cell 10 pp from the paper reads reproduced;
 - otherwise ``above paper`` or ``below paper``.
 """
 
@@ -36,13 +39,20 @@ COLOURS = {
 class Tolerance:
     floor: float = 2.0
     k: float = 2.0
+    ceiling: float | None = 0.1  # of |paper|; None: no ceiling
 
-    def of(self, paper_std: float, ours_std: float) -> float:
+    def of(self, paper: float, paper_std: float, ours_std: float) -> float:
         sp, so = (0.0 if not math.isfinite(s) else s for s in (paper_std, ours_std))
-        return max(self.floor, self.k * math.sqrt(sp**2 + so**2))
+        spread = self.k * math.sqrt(sp**2 + so**2)
+        if self.ceiling is not None:
+            spread = min(spread, self.ceiling * abs(paper))
+        return max(self.floor, spread)
 
     def describe(self) -> str:
-        return f"|ours − paper| ≤ max({self.floor:g}, {self.k:g}·√(σ_paper² + σ_ours²))"
+        spread = f"{self.k:g}·√(σ_paper² + σ_ours²)"
+        if self.ceiling is not None:
+            spread = f"min({spread}, {self.ceiling:g}·|paper|)"
+        return f"|ours − paper| ≤ max({self.floor:g}, {spread})"
 
 
 DEFAULT_TOLERANCE = Tolerance()
@@ -65,7 +75,7 @@ def verdict(
     if not_comparable:
         return f"{NOT_COMPARABLE} ({not_comparable})"
     delta = ours_mean - paper
-    if abs(delta) <= tolerance.of(paper_std, ours_std):
+    if abs(delta) <= tolerance.of(paper, paper_std, ours_std):
         return REPRODUCED
     return ABOVE if delta > 0 else BELOW
 
