@@ -426,6 +426,9 @@ def test_tables_rebuild_from_committed_reference_metrics_without_training(smoke_
     assert "finished cells" in proc.stdout and not list(reference.glob("**/*.pt"))
     manifest = json.loads((reference / "MANIFEST.json").read_text())
     assert "smoke/synthetic/multimodal/qffl/seed1" in manifest["cells"]
+    # each cell with the commit it recorded when it ran, not the export's
+    record = json.loads((reference / "runs/smoke/synthetic/multimodal/qffl/seed1/metrics.json").read_text())
+    assert manifest["cells"]["smoke/synthetic/multimodal/qffl/seed1"] == record["tracking"]["tags"]["git_commit"]
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     args = ("--configfile", str(REPO / "config/smoke.yaml"), "--config", f"reference_dir={reference}")

@@ -104,13 +104,15 @@ def main(argv: list[str] | None = None) -> None:
 def export_reference(results: Path, reference: Path) -> list[str]:
     """Copy every finished cell (``metrics.json`` written last, atomically) with its ``history.csv`` from
     ``results/runs`` to ``reference/runs``, and list them in ``reference/MANIFEST.json`` with the commit of the code
-    that ran them. Returns the cells, as paths relative to ``runs/``."""
+    that ran them (as the cell recorded it; else the results folder's checkout now). Returns the cells, as paths
+    relative to ``runs/``."""
     import shutil
 
     from fed.runner import partition_spec
     from fed.tracking import git_commit
 
     cells = sorted(str(m.parent.relative_to(results / "runs")) for m in (results / "runs").glob("**/metrics.json"))
+    commits = {}
     for cell in cells:
         (reference / "runs" / cell).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(results / "runs" / cell / "history.csv", reference / "runs" / cell / "history.csv")
@@ -119,10 +121,10 @@ def export_reference(results: Path, reference: Path) -> list[str]:
         if "partition" not in record and part.exists():  # cells run before metrics.json recorded it
             record["partition"] = partition_spec(part)
         (reference / "runs" / cell / "metrics.json").write_text(json.dumps(record, indent=1))
+        commits[cell] = record.get("tracking", {}).get("tags", {}).get("git_commit") or git_commit(results)
     manifest = reference / "MANIFEST.json"
     old = json.loads(manifest.read_text()) if manifest.exists() else {"cells": {}}
-    commit = git_commit(results)
-    old["cells"].update({cell: commit for cell in cells})
+    old["cells"].update(commits)
     manifest.write_text(json.dumps(old, indent=1, sort_keys=True))
     return cells
 
