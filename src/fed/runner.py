@@ -285,7 +285,7 @@ def run_cell(
     live = None
     callbacks = {}
     if tracking and tracking.get("live", True):
-        from fed.tracking import LiveRun, run_params
+        from fed.tracking import LiveRun, metrics_digest, run_params
 
         live = LiveRun(
             tracking["uri"],
@@ -329,8 +329,6 @@ def run_cell(
         write_history_csv(summary["history"], out / "history.csv")
         tmp.replace(out / "metrics.json")
         if live:
-            from fed.tracking import metrics_digest
-
             live.finish(
                 summary, [out / "metrics.json", out / "history.csv"], {"fed.metrics_sha256": metrics_digest(text)}
             )

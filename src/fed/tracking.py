@@ -230,8 +230,8 @@ def log_finished(uri: str, metrics_files: list[str | Path]) -> dict[str, str]:
     metrics, the two files as artifacts), under the experiment and tags the training job recorded. A cell whose
     identity already has a FINISHED run of the same ``metrics.json`` (tag ``fed.metrics_sha256``, which a live run
     sets too) is left as it is, so a re-run, or a switch from live to batch, logs only new or recomputed cells; a
-    recomputed cell replaces its run. A non-finite metric
-    (``null`` in the strict-JSON file) is logged as NaN, as a live run logs it. Returns {file: run id}."""
+    recomputed cell replaces its run. A non-finite metric (``null`` in the strict-JSON file) is logged as NaN, as a
+    live run logs it. Returns {file: run id}."""
     client = _client(uri)
     logged = {}
     for path in map(Path, metrics_files):
