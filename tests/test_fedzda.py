@@ -229,3 +229,35 @@ def test_fedzdac_batched_run_equals_client_by_client(data):
     for a, b in zip(batched["history"], separate["history"]):
         assert a["train_loss"] == pytest.approx(b["train_loss"], rel=5e-3)  # Adam-amplified rounding: see above
         assert a["zsdg_calls"] == b["zsdg_calls"] == 3
+
+
+def test_zsdg_objective_is_eq3_at_the_first_iteration(trained):
+    """Eq. 3 by hand at the starting noise: BN-input statistics from torch.var_mean (biased) against the running
+    statistics, plus the cross-entropy; ZSDG's first recorded loss is that number."""
+    from fed.zsdg import channel_moments
+
+    model = copy.deepcopy(trained).eval()
+    x0 = torch.randn((20, 1, 28, 28), generator=torch.Generator().manual_seed(5))
+    inputs = []
+    handles = [
+        m.register_forward_hook(lambda m, i, o: inputs.append((m, i[0])))
+        for m in model.modules()
+        if isinstance(m, torch.nn.BatchNorm2d)
+    ]
+    with torch.no_grad():
+        ce = torch.nn.functional.cross_entropy(model(x0), torch.arange(10).repeat_interleave(2))
+    for h in handles:
+        h.remove()
+    expected = float(ce)
+    for bn, z in inputs:
+        var, mean = torch.var_mean(z, dim=(0, 2, 3), unbiased=False)
+        expected += float((mean - bn.running_mean).pow(2).sum())
+        expected += float(((var + bn.eps).sqrt() - (bn.running_var + bn.eps).sqrt()).pow(2).sum())
+    _, _, info = zsdg(model, 10, (1, 28, 28), ZSDGConfig(per_class=2, iterations=1), torch.Generator().manual_seed(5))
+    assert len(inputs) == 2 and info["loss_first"] == pytest.approx(expected, rel=1e-5)
+    # grouped: each group's moments are its own batch's
+    z = torch.randn(3, 7, 4, 5, 5).contiguous(memory_format=torch.channels_last_3d)
+    mean, var = channel_moments(z)
+    ref_var, ref_mean = torch.var_mean(z, dim=(1, 3, 4), unbiased=False)
+    assert mean.shape == var.shape == (3, 4)
+    assert torch.allclose(mean, ref_mean, atol=1e-6) and torch.allclose(var, ref_var, atol=1e-6)

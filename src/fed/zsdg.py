@@ -88,8 +88,7 @@ def zsdg_batched(
 
     def hook(module, inputs, _output):
         z = inputs[0].reshape(groups, -1, *inputs[0].shape[1:])  # (group, batch, channel, ...)
-        dims = [d for d in range(z.dim()) if d not in (0, 2)]
-        mean, var = z.mean(dims), z.var(dims, unbiased=False)  # (group, channel)
+        mean, var = channel_moments(z)  # (group, channel)
         bn_loss.append(
             (mean - module.running_mean).pow(2).sum(1)
             + ((var + module.eps).sqrt() - (module.running_var + module.eps).sqrt()).pow(2).sum(1)
@@ -136,6 +135,16 @@ def zsdg_batched(
         }
         out.append((xg, y, info))
     return out
+
+
+def channel_moments(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-channel mean and biased variance of ``z`` (group, batch, channel, ...) within each group: what BN
+    normalises a batch by. Two passes, mean then mean of squared deviations: the values of ``torch.var_mean`` to
+    float rounding, with forward plus backward 1.6-2x faster on CPU than ``torch.var`` (a ZSDG round 13 % faster at
+    the FMNIST config's budget, benchmarks/zsdg_time.py)."""
+    dims = [d for d in range(z.dim()) if d not in (0, 2)]
+    mean = z.mean(dims, keepdim=True)
+    return mean.flatten(1), (z - mean).pow(2).mean(dims)
 
 
 def total_variation(x: torch.Tensor) -> torch.Tensor:
