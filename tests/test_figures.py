@@ -230,3 +230,18 @@ def test_the_context_figure_attacks_fedmix_averages_once_and_each_flea_cell(synt
     df = pd.read_csv(tmp_path / "f.csv")
     assert sorted(set(df.shared)) == ["FLea (λ2 = 3)", "FedMix averages of 5", "flea_l1_1 features"]
     assert len(df) == 3 * 2 and df.accuracy.between(0, 1).all()
+
+
+def test_caption_names_each_preset_and_a_figures_own_zsdg_budget():
+    from fed.reporting.figures import figure_caption
+
+    presets = {
+        "fedzda": {"note": "ZSDG for training: 10 per class, 50 iterations"},
+        "quick": {"reduction": "12 rounds"},
+    }
+    fig3 = {"title": "Fig. 3", "output": "fedzda/fig3", "zsdg": {"per_class": 64, "iterations": 200}}
+    assert figure_caption(fig3, presets) == (
+        "Fig. 3 — fedzda: paper setting (ZSDG for training: 10 per class, 50 iterations); quick: 12 rounds; "
+        "ZSDG for this figure: 64 images per class, 200 iterations, lr 0.1"
+    )
+    assert figure_caption({"output": "fedzda/fig5"}, {"fedzda": {}}) == "fedzda/fig5 — fedzda: paper setting"

@@ -5,16 +5,10 @@ import sys
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
 from fed.reporting.figure_kinds import FIGURE_KINDS
+from fed.reporting.figures import figure_caption
 
 fig = snakemake.params.figure
-caption = (
-    fig.get("title", fig["output"])
-    + " — "
-    + "; ".join(
-        f"{name}: {p.get('reduction') or 'paper setting'}" + (f" ({p['note']})" if p.get("note") else "")
-        for name, p in snakemake.params.presets.items()
-    )
-)
+caption = figure_caption(fig, snakemake.params.presets)
 kind = FIGURE_KINDS[fig["kind"]]
 models = list(snakemake.input.models) if kind.NEEDS_MODELS else [None] * len(snakemake.input.metrics)
 kind.draw(

@@ -35,6 +35,22 @@ def plot_partition(part: dict, out: str | Path, title: str) -> None:
     plt.close(fig)
 
 
+def figure_caption(figure: dict, presets: dict[str, dict]) -> str:
+    """A figure's caption: its title, then each preset it draws on with its reduction (or "paper setting") and
+    note, then the ZSDG budget of a figure that inverts models itself (Fed-ZDA Figs. 3-4), which is the figure's own
+    and not its source preset's."""
+    from fed.zsdg import ZSDGConfig
+
+    parts = [
+        f"{name}: {p.get('reduction') or 'paper setting'}" + (f" ({p['note']})" if p.get("note") else "")
+        for name, p in presets.items()
+    ]
+    if figure.get("zsdg"):
+        z = ZSDGConfig.from_params(figure["zsdg"])
+        parts.append(f"ZSDG for this figure: {z.per_class} images per class, {z.iterations} iterations, lr {z.lr}")
+    return figure.get("title", figure["output"]) + " — " + "; ".join(parts)
+
+
 def _title(fig, title: str) -> None:
     """A suptitle wrapped to the figure's width (captions carry the setting and its reduction)."""
     fig.suptitle(textwrap.fill(title, int(fig.get_figwidth() * 15)), fontsize=8)
