@@ -261,3 +261,15 @@ def test_zsdg_objective_is_eq3_at_the_first_iteration(trained):
     ref_var, ref_mean = torch.var_mean(z, dim=(1, 3, 4), unbiased=False)
     assert mean.shape == var.shape == (3, 4)
     assert torch.allclose(mean, ref_mean, atol=1e-6) and torch.allclose(var, ref_var, atol=1e-6)
+
+
+def test_fedzdac_batches_clients_on_a_gpu_only_by_default():
+    from types import SimpleNamespace
+
+    on = {d: SimpleNamespace(device=torch.device(d)) for d in ("cpu", "cuda")}
+    auto = build_algorithm("fedzdac")
+    assert (auto.batching(on["cpu"]), auto.batching(on["cuda"])) == (False, True)
+    assert build_algorithm("fedzdac", batch_clients=True).batching(on["cpu"])
+    assert not build_algorithm("fedzdac", batch_clients=False).batching(on["cuda"])
+    with pytest.raises(ValueError, match="batch_clients must be true, false or 'auto', got 'yes'"):
+        build_algorithm("fedzdac", batch_clients="yes")
