@@ -48,10 +48,9 @@ def log_mel(path: Path) -> np.ndarray:
     import librosa
 
     audio, _ = librosa.load(path, sr=SAMPLE_RATE, mono=False)
-    audio = np.atleast_2d(audio)[:2]
-    audio = np.repeat(audio, 2, axis=0) if len(audio) == 1 else audio
-    audio = librosa.util.fix_length(audio, size=SAMPLE_RATE * SECONDS, axis=-1)
+    audio = librosa.util.fix_length(np.atleast_2d(audio)[:2], size=SAMPLE_RATE * SECONDS, axis=-1)
     mel = librosa.feature.melspectrogram(y=audio, sr=SAMPLE_RATE, n_fft=N_FFT, hop_length=HOP, n_mels=N_MELS)
+    mel = np.repeat(mel, 2, axis=0) if len(mel) == 1 else mel  # mono: one transform, duplicated (exactly)
     db = librosa.power_to_db(mel, ref=np.max(mel) if mel.max() > 0 else 1.0, top_db=80.0)
     return db[:, :, :FRAMES].astype(np.float32)
 
