@@ -79,6 +79,7 @@ def inversion_floor(ctx, cfg: ZSDGConfig, clients: int) -> float:
     to the input, for every image of every client at every iteration, one client's batch at a time, with neither the
     BN-statistics loss nor the optimiser step."""
     model = ctx.model.eval()
+    requires = [p.requires_grad for p in model.parameters()]
     for p in model.parameters():
         p.requires_grad_(False)
     x = torch.randn((cfg.per_class * ctx.num_classes, *ctx.input_shape), device=ctx.device)
@@ -88,8 +89,8 @@ def inversion_floor(ctx, cfg: ZSDGConfig, clients: int) -> float:
     for _ in range(clients * cfg.iterations):
         torch.autograd.grad(model(x).sum(), x)
     seconds = time.perf_counter() - t
-    for p in model.parameters():
-        p.requires_grad_(True)
+    for p, r in zip(model.parameters(), requires):
+        p.requires_grad_(r)
     return seconds
 
 
