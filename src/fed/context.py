@@ -6,7 +6,7 @@ The engine owns the round loop; a method never sees it. Through :class:`Context`
 - client data: ``client_data(k)`` (local training split), ``pooled_data()`` (every client's, for centralized);
 - the working model ``model`` and the round's ``global_state``; ``new_model()`` (the model factory),
   ``global_model()`` (a frozen copy of this round's global model: a teacher, a contrast anchor);
-- local training: ``train(model, x, y, loss_fn, generator)`` → :class:`~fed.training.LocalStats`;
+- local training: ``train(model, x, y, loss_fn, generator, after_step=None)`` → :class:`~fed.training.LocalStats`;
   ``loss_of(state, x, y)``;
 - seeded random streams ``rng(purpose, *keys)`` / ``np_rng(...)`` — (run seed, purpose, keys) fix the stream, so
   resumed runs are bit-identical;
@@ -146,9 +146,11 @@ class Context:
         generator: torch.Generator,
         epochs: int | None = None,
         lr: float | None = None,
+        after_step: Callable[[], None] | None = None,
     ) -> LocalStats:
-        """Mini-batch SGD with the preset's optimiser settings (``epochs``/``lr`` override them)."""
-        return local_sgd(model, x, y, loss_fn, generator, self.sgd_settings(epochs, lr))
+        """Mini-batch SGD with the preset's optimiser settings (``epochs``/``lr`` override them); ``after_step`` runs
+        after each optimiser step."""
+        return local_sgd(model, x, y, loss_fn, generator, self.sgd_settings(epochs, lr), after_step)
 
     def loss_of(self, state: State, x: torch.Tensor, y: torch.Tensor) -> float:
         self.model.load_state_dict(state)

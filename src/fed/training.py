@@ -42,9 +42,11 @@ def local_sgd(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     generator: torch.Generator,
     s: SGDSettings,
+    after_step: Callable[[], None] | None = None,
 ) -> LocalStats:
-    """``s.epochs`` epochs of mini-batch SGD (or Adam) on (x, y), batches drawn by ``generator``; the model is left
-    in train mode."""
+    """``s.epochs`` epochs of mini-batch SGD (or Adam) on (x, y), batches drawn by ``generator``; ``after_step`` runs
+    after every optimiser step (a change to the weights outside the optimiser, e.g. SCAFFOLD's correction); the
+    model is left in train mode."""
     opt = (
         torch.optim.Adam(model.parameters(), lr=s.lr, weight_decay=s.weight_decay)
         if s.optimizer == "adam"
@@ -59,6 +61,8 @@ def local_sgd(
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
+            if after_step is not None:
+                after_step()
             total += loss.detach() * len(idx)
             seen += len(idx)
             steps += 1

@@ -6,6 +6,7 @@ Hooks, in the order the engine calls them (``ctx`` is a :class:`fed.context.Cont
 - ``select_clients(ctx)``                 which clients train this round (default: a fraction, uniformly)
 - ``client_update(ctx, client)``          one client's local training (default: ``train_locally`` on its data)
 - ``local_loss(model, x, y, local, ctx)`` the per-batch objective (default: cross-entropy)
+- ``after_step(model, local, ctx)``       after each local optimiser step (default: nothing; SCAFFOLD's correction)
 - ``aggregate(ctx, results)``             the new global state (default: mean of parameters and BN buffers)
 - ``server_update(ctx, model, results)``  after aggregation (server-side training, calibration, buffers)
 
@@ -76,6 +77,9 @@ class Algorithm:
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, local: LocalContext, ctx: Context):
         return F.cross_entropy(model(x), y)
 
+    def after_step(self, model: nn.Module, local: LocalContext, ctx: Context) -> None:
+        """After each local optimiser step: a change to the weights outside the optimiser (and its momentum)."""
+
     def client_update(self, ctx: Context, client: int) -> ClientResult:
         """Load the global state, then train on the client's local data."""
         ctx.model.load_state_dict(ctx.global_state)
@@ -88,12 +92,14 @@ class Algorithm:
         """``local_epochs`` of mini-batch SGD over ``local_loss`` on (x, y), from the state ``ctx.model`` holds."""
         model = ctx.model
         local = LocalContext(client, [p.detach().clone() for p in model.parameters()], extra or {})
+        overridden = type(self).after_step is not Algorithm.after_step
         stats = ctx.train(
             model,
             x,
             y,
             lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
             ctx.rng("shuffle", ctx.round, client),
+            after_step=(lambda: self.after_step(model, local, ctx)) if overridden else None,
         )
         return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
 

@@ -4,8 +4,13 @@
     after K steps   c_i⁺ = c_i − c + (x − y) / (K η_l)                       (option II)
     server          x ← x + η_g · mean_i (y_i − x),   c ← c + |S|/N · mean_i (c_i⁺ − c_i)
 
-The correction −c_i + c enters as the linear term ⟨w, c − c_i⟩ of the local loss, whose gradient it is. c_i lives
-in the client store (on disk), c in the method state (checkpointed).
+The paper's local step is plain SGD. With momentum ρ (DA-FL's preset) the correction must stay out of the momentum
+buffer: as a gradient term it is accumulated to (c − c_i)/(1 − ρ) per step while option II still divides the
+displacement by K η_l, so the error of c_i is multiplied by about 1 − 1/(1 − ρ) each round — undamped at ρ = 0.5,
+divergent above. NIID-Bench (whose SCAFFOLD DA-FL runs) subtracts η_l (c − c_i) from the weights after each
+``optimizer.step()``; so do we (``correction: after_step``). ``correction: in_loss`` adds the linear term
+⟨w, c − c_i⟩ to the loss instead (its gradient is the correction): the same update without momentum, through the
+momentum with it. c_i lives in the client store (on disk), c in the method state (checkpointed).
 """
 
 from __future__ import annotations
@@ -25,16 +30,25 @@ def control_variate_update(
 class Scaffold(Algorithm):
     name = "scaffold"
 
-    def __init__(self, global_lr: float = 1.0):
-        self.global_lr = global_lr
+    def __init__(self, global_lr: float = 1.0, correction: str = "after_step"):
+        if correction not in ("after_step", "in_loss"):
+            raise ValueError(f"scaffold: correction after_step|in_loss, got {correction!r}")
+        self.global_lr, self.correction = global_lr, correction
         self.c: list[torch.Tensor] | None = None
 
     def setup(self, ctx):
         self.c = [torch.zeros_like(p) for p in ctx.model.parameters()]
 
     def local_loss(self, model, x, y, local, ctx):
-        correction = sum((w * d).sum() for w, d in zip(model.parameters(), local.extra["correction"]))
-        return super().local_loss(model, x, y, local, ctx) + correction
+        loss = super().local_loss(model, x, y, local, ctx)
+        if self.correction == "after_step":
+            return loss
+        return loss + sum((w * d).sum() for w, d in zip(model.parameters(), local.extra["correction"]))
+
+    def after_step(self, model, local, ctx):
+        if self.correction == "after_step":  # y ← y − η_l (c − c_i), outside the optimiser's momentum
+            with torch.no_grad():
+                torch._foreach_add_(list(model.parameters()), local.extra["correction"], alpha=-ctx.round_lr())
 
     def client_update(self, ctx, client) -> ClientResult:
         ctx.model.load_state_dict(ctx.global_state)
