@@ -42,7 +42,9 @@ def test_scaffold_correction_is_the_gradient_of_the_linear_term():
         model.weight.zero_()
     corr = [T([[1.0, -2.0], [0.5, 0.0]])]
     x, y = T([[0.0, 0.0]]), T([0])  # zero input: the CE gradient w.r.t. the weight is 0
-    build_algorithm("scaffold", correction="in_loss").local_loss(model, x, y, LocalContext(0, [], {"correction": corr}), None).backward()
+    build_algorithm("scaffold", correction="in_loss").local_loss(
+        model, x, y, LocalContext(0, [], {"correction": corr}), None
+    ).backward()
     assert torch.allclose(model.weight.grad, corr[0])  # g - c_i + c with g = 0
 
 

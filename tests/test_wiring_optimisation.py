@@ -4,9 +4,9 @@ SCAFFOLD and FedNova come from)."""
 
 import torch
 import torch.nn.functional as F
+from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
 
 from fed.algorithms import build_algorithm
-from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
 
 ROUNDS = 3
 

@@ -47,7 +47,9 @@ CFG = FLConfig(
 
 def wiring_mlp(in_channels: int, num_classes: int, image_size: int, hidden: int = 5) -> SequentialSplit:
     dim = in_channels * image_size * image_size
-    return SequentialSplit(nn.Sequential(nn.Flatten(), nn.Linear(dim, hidden), nn.Tanh()), nn.Linear(hidden, num_classes))
+    return SequentialSplit(
+        nn.Sequential(nn.Flatten(), nn.Linear(dim, hidden), nn.Tanh()), nn.Linear(hidden, num_classes)
+    )
 
 
 @contextmanager
@@ -108,7 +110,11 @@ def batches(ctx: Context, round_: int, client: int, epochs: int | None = None) -
     the same batch order without calling the engine."""
     g = ctx.rng("shuffle", round_, client)
     n = len(ctx.train_idx[client])
-    return [b for _ in range(epochs or ctx.cfg.local_epochs) for b in torch.randperm(n, generator=g).split(ctx.cfg.batch_size)]
+    return [
+        b
+        for _ in range(epochs or ctx.cfg.local_epochs)
+        for b in torch.randperm(n, generator=g).split(ctx.cfg.batch_size)
+    ]
 
 
 def params(module: nn.Module) -> list[torch.Tensor]:
