@@ -40,12 +40,15 @@ def published_papers() -> list[str]:
 
 
 def paper_values(paper: str) -> pd.DataFrame:
-    """Published numbers of ``paper``, transcribed from the paper (package data ``fed/reporting/data``)."""
+    """Published numbers of ``paper``, transcribed from the paper or read off its figures (package data
+    ``fed/reporting/data``; ``read_uncertainty`` is set where a value was read from a figure, see
+    ``fed.reporting.digitise``)."""
+    columns = ["table", "dataset", "partition", "method", "metric", "value", "std", "read_uncertainty"]
     path = resources.files("fed.reporting").joinpath(f"data/{paper}.csv")
     if not path.is_file():  # e.g. the smoke table of every baseline: no published numbers
-        return pd.DataFrame(columns=["table", "dataset", "partition", "method", "metric", "value", "std"])
+        return pd.DataFrame(columns=columns)
     with path.open() as fh:
-        return pd.read_csv(fh, dtype={"value": str, "std": str}, keep_default_na=False)
+        return pd.read_csv(fh, dtype={"value": str, "std": str, "read_uncertainty": str}, keep_default_na=False)
 
 
 def collect_runs(cells: list[dict]) -> pd.DataFrame:
@@ -106,6 +109,8 @@ def build_table(
     sweeps = sweeps or {}
     chosen = select_variants(runs, sweeps, select_by)
     paper = paper[paper["table"] == table]
+    if "read_uncertainty" not in paper.columns:  # transcribed numbers only
+        paper = paper.assign(read_uncertainty="")
     for column, value in (paper_where or {}).items():
         if column not in paper.columns:
             raise ValueError(f"paper_where: the published numbers of {table!r} have no column {column!r}")
@@ -123,7 +128,9 @@ def build_table(
                     key = (theirs, (paper_partition or {}).get(partition, partition), paper_method, metric)
                     if key not in ref.index:  # one number for every partition (DA-FL's centralized training)
                         key = (theirs, "", paper_method, metric)
-                    p_val, p_std = (ref.loc[key, "value"], ref.loc[key, "std"]) if key in ref.index else ("", "")
+                    p_val, p_std, p_read = (
+                        ref.loc[key, ["value", "std", "read_uncertainty"]] if key in ref.index else ("", "", "")
+                    )
                     row = {
                         "dataset": dataset,
                         "partition": partition,
@@ -146,10 +153,12 @@ def build_table(
                     )
                     paper_value = float(p_val) if p_val else math.nan
                     paper_std = float(p_std) if p_std else math.nan
-                    row |= {"paper_value": paper_value, "paper_std": paper_std}
+                    paper_read = float(p_read) if p_read else math.nan
+                    row |= {"paper_value": paper_value, "paper_std": paper_std, "paper_read_uncertainty": paper_read}
                     row |= _ours(
-                        sel, protocol, variant in implemented, paper_value, paper_std, not_comparable, tolerance
-                    )
+                        sel, protocol, variant in implemented, paper_value, paper_std, not_comparable, tolerance,
+                        paper_read,
+                    )  # fmt: skip
                     rows.append(row)
     return pd.DataFrame(rows)
 
@@ -181,6 +190,7 @@ def _ours(
     paper_std: float,
     not_comparable: str,
     tolerance: Tolerance,
+    read_uncertainty: float = math.nan,
 ) -> dict:
     if not implemented:
         return {
@@ -207,7 +217,9 @@ def _ours(
                 "seeds": n,
                 "diverged_seeds": n_div,
                 "delta": mean - paper_value,
-                "verdict": verdict(mean, std, n, n_div, paper_value, paper_std, not_comparable, tolerance),
+                "verdict": verdict(
+                    mean, std, n, n_div, paper_value, paper_std, not_comparable, tolerance, read_uncertainty
+                ),
             }
     return out
 

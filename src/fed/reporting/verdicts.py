@@ -13,6 +13,9 @@ Per cell, in this order of precedence:
   spread term alone allows 12 pp, while the ceiling allows at most a tenth of the paper's value (≤ 10 pp for an
   accuracy), so no cell 10 pp from the paper reads reproduced;
 - otherwise ``above paper`` or ``below paper``.
+
+A paper value read off a figure (``fed.reporting.digitise``) carries its reading uncertainty: it widens the
+tolerance by that much, and the verdict says "read from a figure".
 """
 
 from __future__ import annotations
@@ -67,6 +70,7 @@ def verdict(
     paper_std: float,
     not_comparable: str = "",
     tolerance: Tolerance = DEFAULT_TOLERANCE,
+    read_uncertainty: float = math.nan,
 ) -> str:
     if seeds == 0:
         return f"{DIVERGED} ({diverged} of {diverged} seeds)" if diverged else NO_RUNS
@@ -75,9 +79,10 @@ def verdict(
     if not_comparable:
         return f"{NOT_COMPARABLE} ({not_comparable})"
     delta = ours_mean - paper
-    if abs(delta) <= tolerance.of(paper, paper_std, ours_std):
-        return REPRODUCED
-    return ABOVE if delta > 0 else BELOW
+    read = math.isfinite(read_uncertainty)
+    allowed = tolerance.of(paper, paper_std, ours_std) + (read_uncertainty if read else 0.0)
+    outcome = REPRODUCED if abs(delta) <= allowed else ABOVE if delta > 0 else BELOW
+    return f"{outcome} (read from a figure, ±{read_uncertainty:g})" if read else outcome
 
 
 def category(v: str) -> str:
