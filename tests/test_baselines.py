@@ -13,7 +13,7 @@ from fed.algorithms.base import LocalContext
 from fed.algorithms.ccvr import class_statistics, combine_statistics
 from fed.algorithms.fedbr import FedBR, adversarial_step
 from fed.algorithms.feddecorr import decorrelation_loss
-from fed.algorithms.fedgen import label_weights
+from fed.algorithms.fedgen import diversity_loss, label_weights
 from fed.algorithms.fedlc import calibrated_logits
 from fed.algorithms.fedmix import fedmix_loss, naivemix_loss
 from fed.algorithms.fednova import fednova_update, normaliser
@@ -141,11 +141,22 @@ def test_mean_batches_and_raw_share():
 
 
 def test_feddecorr_by_hand():
-    # perfectly correlated dimensions: K = [[1, 1], [1, 1]] -> ||K||^2 / d^2 = 4 / 4 = 1
-    assert decorrelation_loss(T([[1.0, 1.0], [-1.0, -1.0]])).item() == pytest.approx(1.0, rel=1e-6)
-    # uncorrelated: K = I -> 2 / 4
-    z = T([[1.0, 1.0], [1.0, -1.0], [-1.0, 1.0], [-1.0, -1.0]])
-    assert decorrelation_loss(z).item() == pytest.approx(0.5, rel=1e-6)
+    # the authors' loss.py: unbiased std, C = z^T z, mean of the d(d-1) squared off-diagonals, / N
+    # z = [[1, 0], [0, 1], [-1, -1]]: means 0, unbiased variances 1 -> C_01 = 0 + 0 + 1 = 1 -> mean 1, / 3
+    z = T([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0]])
+    assert decorrelation_loss(z).item() == pytest.approx(1 / 3, rel=1e-6)
+    # the paper form: population variance 2/3, K = z^T z / (3 * 2/3) = [[1, .5], [.5, 1]] -> 2.5 / d^2 = 0.625
+    assert decorrelation_loss(z, "paper").item() == pytest.approx(0.625, rel=1e-6)
+    # d = 3, third dim = sum of the others: variances 1, 1, 3 -> C_01 = 1, C_02 = C_12 = 3 / sqrt(3)
+    # off-diagonal squares 2 * (1 + 3 + 3) = 14, mean over 6 = 7/3, / N = 3 -> 7/9
+    z3 = T([[1.0, 0.0, 1.0], [0.0, 1.0, 1.0], [-1.0, -1.0, -2.0]])
+    assert decorrelation_loss(z3).item() == pytest.approx(7 / 9, rel=1e-6)
+    # d = 9 > N = 3 (the Gram route): z3 tiled thrice; C's diagonal 2, so sum C^2 = 9 * (3 * 4 + 14) = 234,
+    # minus the 9 diagonal squares 36 = 198 over 72 off-diagonals = 2.75, / N -> 11/12
+    assert decorrelation_loss(z3.repeat(1, 3)).item() == pytest.approx(11 / 12, rel=1e-6)
+    two = T([[1.0, 1.0], [-1.0, -1.0]])  # perfectly correlated, N = 2: C = [[1, 1], [1, 1]] -> 1 / 2
+    assert decorrelation_loss(two).item() == pytest.approx(0.5, rel=1e-6)
+    assert decorrelation_loss(T([[1.0, 2.0]])).item() == 0.0  # a batch of one: 0, as the authors return
 
 
 def test_fedlc_calibration_by_hand():
@@ -167,6 +178,13 @@ def test_fedntd_not_true_distillation_by_hand():
 def test_fedgen_label_weights_by_hand():
     w = label_weights(T([[2.0, 0.0, 0.0], [2.0, 6.0, 0.0]]))
     assert torch.allclose(w, T([[0.5, 0.0, 0.0], [0.5, 1.0, 0.0]]))
+
+
+def test_fedgen_diversity_by_hand():
+    # the authors' DiversityLoss: noise [[0], [1]] -> mean squared distances [[0, 1], [1, 0]];
+    # outputs [[0, 0], [1, 3]] -> mean absolute distances [[0, 2], [2, 0]]; exp(-mean([[0, 2], [2, 0]])) = exp(-1)
+    out = diversity_loss(T([[0.0], [1.0]]), T([[0.0, 0.0], [1.0, 3.0]]))
+    assert out.item() == pytest.approx(math.exp(-1), rel=1e-6)
 
 
 def test_ccvr_combined_statistics_equal_the_pooled_ones():
