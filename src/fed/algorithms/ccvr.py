@@ -101,13 +101,14 @@ class CCVR(Algorithm):
                 per_class.setdefault(c, []).append(stats)
         ctx.share("class_feature_statistics", sum(len(v) for v in per_class.values()))
         gen = ctx.rng("virtual", ctx.round)
+        dtype = next(model.parameters()).dtype
         zs, ys = [], []
         for c, parts in sorted(per_class.items()):
             n, mean, cov = combine_statistics(parts)
             evals, evecs = torch.linalg.eigh(cov)  # cov^½ (covariances from few samples are singular)
             root = evecs * evals.clamp_min(0).sqrt()
             noise = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype).to(mean.device)
-            zs.append((mean + noise @ root.T).float())
+            zs.append((mean + noise @ root.T).to(dtype))  # the statistics are float64
             ys.append(torch.full((self.virtual_per_class,), c))
         return torch.cat(zs), torch.cat(ys)
 

@@ -9,9 +9,11 @@ is a min-max over a projection P of the features (``model.extras["projection"]``
     min step:  loss = CE(f(x), y) + λ_cls · CE(f(x_p), uniform) + λ_con · ℓ_con(P)     (P held fixed)
 
 CE to uniform balances the local classifier (component 1); ℓ_con reduces the feature extractor's bias
-(component 2). φ_g is the round's global model. As in the authors' code, the max step is one plain SGD step with
-the local learning rate, and P is aggregated with the model; their P is d → 2d → 2d → d, ours has width
-``projection_dim`` (docs/deviations.md).
+(component 2). φ_g is the round's global model. With ``mixture`` (the authors' ``get_unlabeled_by_self``, their
+README's default, and FLea's FedBR baseline) each pseudo-sample is first averaged with a random sample (x_j, y_j) of
+the local batch, x_p ← (x_p + x_j)/2, and its target is (uniform + onehot(y_j))/2 instead of uniform. As in the
+authors' code, the max step is one plain SGD step with the local learning rate, and P is aggregated with the model;
+their P is d → 2d → 2d → d, ours has width ``projection_dim`` (docs/deviations.md).
 """
 
 from __future__ import annotations
@@ -53,10 +55,11 @@ class FedBR(MeanSharing):
         mean_batch: int = 10,
         pseudo_batch: int = 32,
         projection_dim: int = 256,
+        mixture: bool = False,
     ):
         super().__init__(lam=0.0, mean_batch=mean_batch)
         self.lam_cls, self.lam_con, self.tau, self.pseudo_batch = lam_cls, lam_con, tau, pseudo_batch
-        self.projection_dim = projection_dim
+        self.projection_dim, self.mixture = projection_dim, mixture
 
     def extra_modules(self, model, input_shape):
         d, w = feature_dim(model, input_shape, of="embed"), self.projection_dim
@@ -64,6 +67,11 @@ class FedBR(MeanSharing):
 
     def local_loss(self, model, x, y, local, ctx):
         x_p, _ = self.draw(local, self.pseudo_batch)
+        num_classes = self.y_bar.shape[1]
+        target = uniform = torch.full((len(x_p), num_classes), 1.0 / num_classes, device=x.device)
+        if self.mixture:
+            j = torch.randint(len(y), (len(x_p),), generator=local.extra["rng"]).to(y.device)
+            x_p, target = (x_p + x[j]) / 2, (uniform + F.one_hot(y[j], num_classes)) / 2
         h, h_p = model.embed(x), model.embed(x_p)  # penultimate representations φ
         with torch.no_grad():
             h_global = ctx.global_model().embed(x_p)
@@ -73,6 +81,5 @@ class FedBR(MeanSharing):
         # min step: P enters with detached parameters, so the optimiser leaves it where the max step put it
         fixed = {k: p.detach() for k, p in projection.named_parameters()}
         contrast = projection_contrast(projection, fixed, h_p, h_global, h_local, self.tau)
-        logits_p = model.classify(h_p)
-        balance = soft_cross_entropy(logits_p, torch.full_like(logits_p, 1.0 / logits_p.shape[1]))
+        balance = soft_cross_entropy(model.classify(h_p), target.to(h_p.dtype))
         return F.cross_entropy(model.classify(h), y) + self.lam_cls * balance + self.lam_con * contrast
