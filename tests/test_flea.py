@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from fed.algorithms import LocalContext, build_algorithm
-from fed.algorithms.flea import distillation, feature_mixup
+from fed.algorithms.flea import FeatureBatches, distillation, feature_mixup
 from fed.config import FLConfig
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
@@ -53,8 +53,8 @@ def test_distance_correlation_matches_the_definition_and_its_known_cases():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(40, 3, 4, 4, generator=g)
     f = torch.tanh(x.flatten(1)[:, :7] ** 2) + 0.1 * torch.randn(40, 7, generator=g)  # nonlinear, dependent
-    r = float(distance_correlation(x, f))
-    assert r == pytest.approx(reference_dcor(x.numpy(), f.numpy()), abs=1e-5)
+    r = float(distance_correlation(x, f))  # the code's guards (a diagonal of √1e-7, not 0) move R by ~5e-5 here
+    assert r == pytest.approx(reference_dcor(x.numpy(), f.numpy()), abs=2e-4)
     assert float(distance_correlation(x, f, squared=True)) == pytest.approx(r**2, abs=1e-5)
     # a similarity transform (rotation, scaling, shift) of x: exactly 1
     q, _ = torch.linalg.qr(torch.randn(48, 48, generator=g))
@@ -128,9 +128,9 @@ def test_the_buffer_holds_features_of_the_previous_rounds_clients_only(synthetic
     assert "flea_buffer_size" not in round1 and eng.history[1]["flea_buffer_size"] == len(buf.owner)
     # age and membership: the clients of round 1, extracted after round 1's aggregation, and nobody else
     assert buf.extracted_round == 1 and set(buf.owner.tolist()) == set(sources) and len(sources) == 2
-    # size: ⌈α·|D_k|⌉ shared samples per source client
+    # size: ⌊α·|D_k|⌋ shared samples per source client, distinct
     sizes = {k: len(ctx.client_data(k)[1]) for k in sources}
-    assert len(buf.owner) == sum(math.ceil(0.1 * n) for n in sizes.values())
+    assert len(buf.owner) == sum(math.floor(0.1 * n) for n in sizes.values())  # ⌊α·|D_k|⌋ (the code's int)
     # content: θ(2)[:l] of the shared samples — features with their labels, never the samples
     model = build_model("audionet", 1, 10, 28)
     model.load_state_dict(theta2)
@@ -138,6 +138,7 @@ def test_the_buffer_holds_features_of_the_previous_rounds_clients_only(synthetic
     for k in sources:
         x, y = ctx.client_data(k)
         idx = algo.shared_indices(ctx, k)
+        assert len(set(idx.tolist())) == len(idx)  # "an α fraction of its local data": without replacement
         rows = buf.owner == k
         assert buf.features[rows].shape[1:] == (16, 7, 7) != x.shape[1:]  # block-1 activations, not 1×28×28 inputs
         assert torch.equal(buf.labels[rows].argmax(1), y[idx])
@@ -170,28 +171,56 @@ def test_exposure_round_one_loss_resume_and_bad_settings(synthetic_root, partiti
     a, b = algo.build_buffer(ctx), again.build_buffer(ctx)
     assert torch.equal(a.features, b.features) and torch.equal(a.owner, b.owner) and a.extracted_round == 3
 
-    # round 1 (no buffer): CE on the local batch + λ2·dCor(x, θ[:l](x))
-    fresh = build_algorithm("flea", lambda_dcor=2.5)
-    model = ctx.new_model()
+    # no buffer (round 1): Eq. 6 without augmentation, CE + λ1·KL(p_l ‖ p_g)(f̃ = f) + λ2·R²(x, θ[:l](x))
+    fresh = build_algorithm("flea", lambda_dcor=2.5, tau=2.0)
+    fresh._buffer_round = ctx.round
+    model, teacher = ctx.new_model(), ctx.global_model()
     x, y = ctx.client_data(0)
     x, y = x[:16], y[:16]
     feats = model.features(x)
-    expected = F.cross_entropy(model.head(feats), y) + 2.5 * distance_correlation(x, feats)
+    p_l, p_g = F.softmax(model.head(feats) / 2, 1), F.softmax(teacher.head(feats) / 2, 1)
+    kl = 4 * (p_l * (p_l / p_g).log()).sum(1).mean()
+    r2 = distance_correlation(x, feats) ** 2
+    expected = F.cross_entropy(model.head(feats), y) + kl + 2.5 * r2
     assert fresh.local_loss(model, x, y, None, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
 
-    # a later round: Eq. 6 = CE(θ[l:](f̃), ỹ) + λ1·τ²KL(p_g ‖ p_l on buffer features) + λ2·dCor, with the drawn picks/β
+    # with a buffer: Eq. 6 = CE(θ[l:](f̃), ỹ) + λ1·τ²KL(p_l ‖ p_g on f̃) + λ2·R², B^F the next |B| rows of shuffled
+    # passes over F(t), then the β draws
     fresh._buffer = buf = algo.build_buffer(ctx)
-    local = LocalContext(0, [], {"rng": np.random.default_rng(7)})
     rng = np.random.default_rng(7)
-    pick = torch.as_tensor(rng.integers(len(buf.owner), size=16), device=feats.device)
-    beta = torch.as_tensor(rng.beta(2.0, 2.0, size=16), dtype=torch.float32, device=feats.device)
+    local = LocalContext(0, [], {"rng": rng, "batches": FeatureBatches(len(buf.owner), rng, False, 16)})
+    ref = np.random.default_rng(7)
+    order = np.concatenate([ref.permutation(len(buf.owner)) for _ in range(16 // len(buf.owner) + 1)])
+    pick = torch.as_tensor(order[:16], device=feats.device)
+    beta = torch.as_tensor(ref.beta(2.0, 2.0, size=16), dtype=torch.float32, device=feats.device)
     f_mix, y_mix = feature_mixup(feats, F.one_hot(y, 10).float(), buf.features[pick], buf.labels[pick], beta)
     ce = -(y_mix * F.log_softmax(model.head(f_mix), 1)).sum(1).mean()
-    kd = distillation(model.head(buf.features[pick]), ctx.global_model().head(buf.features[pick]), 1.0, False)
-    expected = ce + 1.0 * kd + 2.5 * distance_correlation(x, feats)
+    kd = distillation(model.head(f_mix), teacher.head(f_mix), 2.0, reverse=True)
+    expected = ce + 1.0 * kd + 2.5 * r2
     assert fresh.local_loss(model, x, y, local, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
+    # the code's options: + α1·CE(θ(x), y), τ²KL(p_g ‖ p_l) on the buffer rows, R, α3 = 3 − 0.1·(t − 1) (t = 4)
+    code = build_algorithm("flea", lambda_dcor=3.0, tau=2.0, kd="buffer", dcor="root", lambda_ce=0.5,
+                           dcor_schedule="code")  # fmt: skip
+    code._buffer, code._buffer_round = buf, ctx.round
+    rng = np.random.default_rng(7)
+    local = LocalContext(0, [], {"rng": rng, "batches": FeatureBatches(len(buf.owner), rng, False, 16)})
+    kd = distillation(model.head(buf.features[pick]), teacher.head(buf.features[pick]), 2.0, reverse=False)
+    ce_local = F.cross_entropy(model.head(feats), y)
+    expected = ce + 0.5 * ce_local + kd + 2.7 * distance_correlation(x, feats)
+    assert code.local_loss(model, x, y, local, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert [code.lambda2(t) for t in (1, 2, 20, 21, 99)] == pytest.approx([3.0, 2.9, 1.1, 1.0, 1.0])
 
-    for bad in ({"share_fraction": 0}, {"beta_a": 0}, {"kd": "logits"}, {"dcor": "cubed"}, {"lambda_dis": -1}):
+    for bad in (
+        {"share_fraction": 0},
+        {"beta_a": 0},
+        {"kd": "logits"},
+        {"dcor": "cubed"},
+        {"lambda_dis": -1},
+        {"lambda_ce": -1},
+        {"warmup": "long"},
+        {"dcor_schedule": "cosine"},
+        {"feature_batches": "replace"},
+    ):
         with pytest.raises(ValueError, match="flea"):
             build_algorithm("flea", **bad)
 

@@ -2,8 +2,11 @@
 
 Reconstruction (Fig. 9c): an attacker who holds public data of the task and the shared feature extractor θ[:l]
 trains a decoder from features back to inputs; its training error (MSE) shows how much of the input the features
-still carry. FLea's distance-correlation loss is meant to raise it. The paper's decoder is 4 conv layers trained
-20 epochs with Adam 1e-3 on CIFAR-10's training set.
+still carry. FLea's distance-correlation loss is meant to raise it. The paper (App. D): a decoder of "four conv2d
+layers", 20 epochs, learning rate 0.001, CIFAR-10's training set. The authors' ``Test_reconstruction.py`` (XTxiatong/
+FLea @ ee3947f): ``MinimalDecoder`` (models.py l. 356: 1×1 conv, 3×3 transposed conv stride 2, 3×3 conv stride 2,
+1×1 conv, no activation) trained by SGD (momentum 0.9, weight decay 5e-4) on batches of 128 (the defaults;
+``kind="ours"``, ``optimizer="adam"``, ``batch=64`` give the earlier deeper, non-linear decoder trained by Adam).
 """
 
 from __future__ import annotations
@@ -17,11 +20,16 @@ from torch import nn
 
 
 class FeatureDecoder(nn.Module):
-    """Features → input: a 3×3 conv, stride-2 transposed convs up to the input's resolution, a 3×3 conv to the
-    input's channels (4 conv layers for a cut at 1/4 resolution, as the paper's); flat features first go through a
-    linear layer to a map at 1/4 of the input's size. Output in the input's (normalised) space."""
+    """Features → input. ``kind="ours"``: a 3×3 conv, stride-2 transposed convs up to the input's resolution, a 3×3
+    conv to the input's channels, ReLUs between (4 conv layers for a cut at 1/4 resolution, 2 at full resolution).
+    ``kind="code"``: the authors' ``MinimalDecoder``, 4 linear conv layers at the map's resolution (1×1, 3×3
+    transposed stride 2, 3×3 stride 2, 1×1). Flat features first go through a linear layer to a map at 1/4 of the
+    input's size; a map smaller than the input is upsampled bilinearly at the end. Output in the input's
+    (normalised) space."""
 
-    def __init__(self, feature_shape: tuple[int, ...], input_shape: tuple[int, int, int], width: int = 32):
+    def __init__(
+        self, feature_shape: tuple[int, ...], input_shape: tuple[int, int, int], width: int = 32, kind: str = "code"
+    ):
         super().__init__()
         channels, height, wide = input_shape
         if len(feature_shape) == 1:  # a vector: unflatten at 1/4 resolution
@@ -31,11 +39,21 @@ class FeatureDecoder(nn.Module):
         else:
             c_in, h, w = feature_shape
             self.stem = nn.Identity()
-        ups = max(0, round(math.log2(max(height / h, wide / w))))
-        layers: list[nn.Module] = [nn.Conv2d(c_in, width, 3, padding=1), nn.ReLU()]
-        for _ in range(ups):
-            layers += [nn.ConvTranspose2d(width, width, 4, stride=2, padding=1), nn.ReLU()]
-        layers.append(nn.Conv2d(width, channels, 3, padding=1))
+        if kind == "code":
+            layers: list[nn.Module] = [
+                nn.Conv2d(c_in, width, 1),
+                nn.ConvTranspose2d(width, width, 3, stride=2, padding=1, output_padding=1),
+                nn.Conv2d(width, width, 3, stride=2, padding=1),
+                nn.Conv2d(width, channels, 1),
+            ]
+        elif kind == "ours":
+            ups = max(0, round(math.log2(max(height / h, wide / w))))
+            layers = [nn.Conv2d(c_in, width, 3, padding=1), nn.ReLU()]
+            for _ in range(ups):
+                layers += [nn.ConvTranspose2d(width, width, 4, stride=2, padding=1), nn.ReLU()]
+            layers.append(nn.Conv2d(width, channels, 3, padding=1))
+        else:
+            raise ValueError(f"decoder kind must be 'ours' or 'code', got {kind!r}")
         self.net, self.size = nn.Sequential(*layers), (height, wide)
 
     def forward(self, f: torch.Tensor) -> torch.Tensor:
@@ -49,16 +67,23 @@ def reconstruction_curve(
     epochs: int,
     generator: torch.Generator,
     lr: float = 1e-3,
-    batch: int = 64,
+    batch: int = 128,
     width: int = 32,
+    kind: str = "code",
+    optimizer: str = "sgd",
 ) -> list[float]:
-    """Train a :class:`FeatureDecoder` on (extract(x), x) and return its training MSE per epoch (mean over the
-    epoch's batches). The extractor is only queried, never trained (pass a model's ``features`` in eval mode)."""
+    """Train a :class:`FeatureDecoder` (``kind``) on (extract(x), x) with Adam or SGD (``optimizer="sgd"``: the
+    code's momentum 0.9, weight decay 5e-4) and return its training MSE per epoch (mean over the epoch's batches).
+    The extractor is only queried, never trained (pass a model's ``features`` in eval mode)."""
     with torch.no_grad():
         feats = torch.cat([extract(xb) for xb in x.split(500)])
     torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
-    decoder = FeatureDecoder(tuple(feats.shape[1:]), tuple(x.shape[1:]), width)
-    opt = torch.optim.Adam(decoder.parameters(), lr=lr)
+    decoder = FeatureDecoder(tuple(feats.shape[1:]), tuple(x.shape[1:]), width, kind)
+    opt = (
+        torch.optim.SGD(decoder.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
+        if optimizer == "sgd"
+        else torch.optim.Adam(decoder.parameters(), lr=lr)
+    )
     curve = []
     for _ in range(epochs):
         total = 0.0

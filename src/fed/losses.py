@@ -19,21 +19,24 @@ def contrastive_loss(z: torch.Tensor, positive: torch.Tensor, negative: torch.Te
     return F.cross_entropy(torch.stack([pos, neg], dim=1), torch.zeros(len(z), dtype=torch.long, device=z.device))
 
 
-def _centred_distances(z: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
-    """Double-centred matrix of pairwise Euclidean distances between the rows of ``z`` (rows and columns sum to 0)."""
+def _centred_distances(z: torch.Tensor, eps: float) -> torch.Tensor:
+    """Double-centred matrix of pairwise Euclidean distances between the rows of ``z`` (rows and columns sum to 0).
+    Squared distances are clamped at ``eps`` before the square root (FLea's code), so the diagonal is √eps, not 0,
+    and the root stays differentiable."""
     sq = (z * z).sum(1)
-    d2 = (sq[:, None] + sq[None, :] - 2 * z @ z.T).clamp_min(eps)  # clamp: sqrt stays differentiable at 0
-    d = d2.sqrt() * (1 - torch.eye(len(z), device=z.device, dtype=z.dtype))
+    d = (sq[:, None] + sq[None, :] - 2 * z @ z.T).clamp_min(eps).sqrt()
     return d - d.mean(0, keepdim=True) - d.mean(1, keepdim=True) + d.mean()
 
 
-def distance_correlation(x: torch.Tensor, f: torch.Tensor, squared: bool = False, eps: float = 1e-12) -> torch.Tensor:
+def distance_correlation(x: torch.Tensor, f: torch.Tensor, squared: bool = False, eps: float = 1e-7) -> torch.Tensor:
     """Székely's (V-statistic) distance correlation between paired samples, rows of ``x`` and ``f`` (any trailing
-    shape, flattened): with A, B the double-centred distance matrices, ν²(x, f) = mean(A∘B) and
-    R² = ν²(x, f) / √(ν²(x, x) ν²(f, f)) ∈ [0, 1]. Returns R (``squared=False``, the usual "distance correlation",
-    FLea's code) or R² (FLea's Appendix Eq. 8 read literally). 0 for independent samples (as n → ∞), 1 when f is a
-    similarity transform of x (scaling, rotation, shift)."""
-    a, b = _centred_distances(x.flatten(1).double()), _centred_distances(f.flatten(1).double())
-    r2 = (a * b).mean() / ((a * a).mean() * (b * b).mean()).sqrt().clamp_min(eps)
-    r2 = r2.clamp(0.0, 1.0).to(x.dtype)
-    return r2 if squared else r2.clamp_min(eps).sqrt()
+    shape, flattened): with A, B the double-centred distance matrices and ν²(x, f) = mean(A∘B),
+    R = √ν²(x, f) / (ν²(x, x) ν²(f, f))^¼ ∈ [0, 1], with FLea's code's guards (``dist_corr``, myuser.py l. 24):
+    R = √(ν²(x,f) + ε) / (√(√(ν²(x,x) + ε) + ε) · √(√(ν²(f,f) + ε) + ε)), ε = 1e-7 (also the clamp of the squared
+    distances). Returns R (``squared=False``, the usual "distance correlation", FLea's code) or R² (FLea's Eq. 5/8:
+    ν²(x,f)/√(ν²(x,x)ν²(f,f))). ~0 for independent samples (as n → ∞), ~1 when f is a similarity transform of x."""
+    a, b = _centred_distances(x.flatten(1).double(), eps), _centred_distances(f.flatten(1).double(), eps)
+    v2 = [(u * v).mean().clamp_min(0.0) for u, v in ((a, b), (a, a), (b, b))]
+    r = (v2[0] + eps).sqrt() / (((v2[1] + eps).sqrt() + eps).sqrt() * ((v2[2] + eps).sqrt() + eps).sqrt())
+    r = r.to(x.dtype)
+    return r * r if squared else r

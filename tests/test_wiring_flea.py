@@ -1,0 +1,167 @@
+"""Wiring of FLea: its real hooks through ``run_round`` on the tiny problem of ``wiring.py`` (4 rounds: rounds 2–4
+mix with the buffer of the previous round's clients), against plain transcriptions of
+
+- the authors' code (XTxiatong/FLea @ ee3947f, ``FLAlgorithms/users/myuser.py``): round 0 ``train_decor(3E,
+  'CE_COR_KL')`` (l. 1214), later rounds ``train_decor_feature``, branch ``MCE_DeC_KL`` (l. 1476), the buffer of
+  ``serverbase.py`` (``aggregate_features`` after ``send_parameters``: the last round's clients, extracted by the new
+  global model in eval mode), the shared samples of ``userbase.py`` (``send_data``: drawn with replacement);
+- the paper (Algorithm 1, Eqs. 2–6, 8), FLea's defaults.
+
+The transcriptions take what the method is given, not what it computes: the sampled clients, the batch order
+(``wiring.batches``), the shared sample indices (``ctx.rng("flea_share", k)``) and the mixing stream
+``ctx.np_rng("flea_mix", round, client)`` (the loader's permutations and the β draws, in the order the code asks for
+them). Optimiser: the engine's SGD with momentum for both (the code's Adam re-created per batch is an engine choice).
+"""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
+
+from fed.algorithms import build_algorithm
+
+ROUNDS = 4
+# non-default: τ ≠ 1, every weight ≠ 1, α large enough that ⌊α|D_k|⌋ > 0 on clients of 6–9 samples
+TAU, BETA_A, FRACTION = 2.5, 2.0, 0.5
+LAMBDA_CE, LAMBDA_DIS, LAMBDA_DCOR = 0.7, 1.3, 2.4
+CODE = dict(kd="buffer", dcor="root", lambda_ce=LAMBDA_CE, dcor_schedule="code", warmup="code")
+CODE.update(feature_batches="loader", share_replace=True)
+PAPER = {}
+
+
+def pairwise_dist(a):
+    """``pairwise_dist`` (myuser.py l. 13): √max(‖a_i‖² − 2a_i·a_j + ‖a_j‖², 1e-7)."""
+    r = (a * a).sum(1).reshape(-1, 1)
+    return torch.maximum(r - 2 * a @ a.T + r.T, 1e-7 * torch.ones(len(a), len(a))).sqrt()
+
+
+def dist_corr(x, f):
+    """``dist_corr`` (myuser.py l. 24) on the flattened batches (``Corelation``)."""
+    n = len(x)
+    a, b = pairwise_dist(x.reshape(n, -1)), pairwise_dist(f.reshape(n, -1))
+    A = a - a.mean(1).repeat(n, 1).T - a.mean(0).repeat(n, 1) + a.mean()
+    B = b - b.mean(1).repeat(n, 1).T - b.mean(0).repeat(n, 1) + b.mean()
+    cov = torch.sqrt((A * B).sum() / n**2 + 1e-7)
+    var_x, var_f = torch.sqrt((A * A).sum() / n**2 + 1e-7), torch.sqrt((B * B).sum() / n**2 + 1e-7)
+    return cov / (torch.sqrt(var_x + 1e-7) * torch.sqrt(var_f + 1e-7))
+
+
+def kl_div_batchmean(log_q, p):
+    """``nn.KLDivLoss(reduction='batchmean')(log_q, p)`` = Σ p (log p − log q) / n."""
+    return (p * (p.log() - log_q)).sum() / len(p)
+
+
+def net_at(state):
+    net = wiring_mlp(4, 3, 1)
+    with torch.no_grad():
+        for p, v in zip(net.parameters(), state):
+            p.copy_(v)
+    return net
+
+
+def flea_transcription(ctx, x0, sampled, code: bool):
+    """The global model after each round, and the buffer each round mixed with (code: ``MCE_DeC_KL``; else the
+    paper's Eq. 6)."""
+    lr, momentum, E, bs, C = ctx.cfg.lr, ctx.cfg.momentum, ctx.cfg.local_epochs, ctx.cfg.batch_size, 3
+    x_glob, buffer, buffers = [t.clone() for t in x0], None, {}
+    hold = {}
+    for k in range(ctx.num_clients):  # hold_data: fixed once; ⌊α n⌋ with replacement (code) or without (paper)
+        n, g = len(ctx.client_data(k)[1]), ctx.rng("flea_share", k)
+        m = int(FRACTION * n)
+        hold[k] = torch.randint(n, (m,), generator=g) if code else torch.randperm(n, generator=g)[:m]
+    for r, selected in enumerate(sampled, start=1):
+        glob = net_at(x_glob).eval()  # global_model.eval(): the frozen round-start teacher
+        states, sizes = [], []
+        for k in selected:
+            net = net_at(x_glob)
+            opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+            X, Y = ctx.client_data(k)
+            rng = ctx.np_rng("flea_mix", r, k)
+            order = np.empty(0, dtype=np.int64)
+            alpha3 = LAMBDA_DCOR * ((3 - 0.1 * (r - 1) if r - 1 < 20 else 1) / 3 if code else 1)
+            for b in batches(ctx, r, k, 3 * E if (code and r == 1) else E):
+                batch_X, batch_Y = X[b], Y[b]
+                batch_F = net.features(batch_X)  # get_feature: with gradient
+                dcor = dist_corr(batch_X, batch_F) if code else dist_corr(batch_X, batch_F) ** 2
+                if buffer is None:  # round 0 of the code (train_decor, 'CE_COR_KL'); the paper's t = 1
+                    logit = net(batch_X)
+                    loss = F.cross_entropy(logit, batch_Y) + alpha3 * dcor
+                    if code:  # loss1 + 0.5·loss2 + α3·loss3, loss2 = β·τ²·KL(p_g ‖ p_l) on the whole model
+                        with torch.no_grad():
+                            pro_gb = F.softmax(glob(batch_X) / TAU, dim=1)
+                        loss2 = LAMBDA_DIS * TAU**2 * kl_div_batchmean(F.log_softmax(logit / TAU, dim=1), pro_gb)
+                        loss = loss + 0.5 * loss2
+                    else:  # Eq. 6 without augmentation: f̃ = f, KL(p_l ‖ p_g) with p_g = θ(t)[l:](f)
+                        p_l, p_g = F.softmax(logit / TAU, 1), F.softmax(glob.head(batch_F) / TAU, 1)
+                        loss = loss + LAMBDA_DIS * TAU**2 * (p_l * (p_l.log() - p_g.log())).sum(1).mean()
+                else:
+                    feats, labels = buffer
+                    if code:  # get_next_feature_batch: a shuffled DataLoader(bs), cycled
+                        if not len(order):
+                            order = rng.permutation(len(labels))
+                        idx, order = order[:bs], order[bs:]
+                    else:  # equal-sized batches of the shuffled buffer
+                        while len(order) < len(b):
+                            order = np.concatenate([order, rng.permutation(len(labels))])
+                        idx, order = order[: len(b)], order[len(b) :]
+                    batch_X_fea, batch_Y_fea = feats[torch.as_tensor(idx)], labels[torch.as_tensor(idx)]
+                    fea_num = min(len(batch_X), len(batch_X_fea))
+                    batch_x, batch_y = batch_F[:fea_num], batch_Y[:fea_num]
+                    batch_X_fea, batch_Y_fea = batch_X_fea[:fea_num], batch_Y_fea[:fea_num]
+                    lam = rng.beta(BETA_A, BETA_A, fea_num)
+                    mix_x = torch.zeros(batch_x.shape)
+                    mix_y = torch.zeros(fea_num, C)
+                    for i in range(fea_num):
+                        mix_x[i] = lam[i] * batch_x[i] + (1 - lam[i]) * batch_X_fea[i]
+                        mix_y[i] = lam[i] * F.one_hot(batch_y, C)[i] + (1 - lam[i]) * F.one_hot(batch_Y_fea, C)[i]
+                    mix_logit = net.head(mix_x)
+                    loss2 = -(F.log_softmax(mix_logit, dim=1) * mix_y).sum() / fea_num  # Multilabel
+                    if code:
+                        loss1 = F.cross_entropy(net(batch_X), batch_Y)
+                        logit_lc, logit_gb = net.head(batch_X_fea), glob.head(batch_X_fea)
+                        pro_gb, pro_lc = F.softmax(logit_gb / TAU, dim=1), F.log_softmax(logit_lc / TAU, dim=1)
+                        loss4 = kl_div_batchmean(pro_lc, pro_gb.detach()) * TAU**2
+                        loss = LAMBDA_CE * loss1 + loss2 + alpha3 * dcor + LAMBDA_DIS * loss4
+                    else:  # Eq. 4: KL(p_l ‖ p_g) on f̃, p_g = θ(t)[l:](f̃)
+                        p_l, p_g = F.softmax(mix_logit / TAU, 1), F.softmax(glob.head(mix_x) / TAU, 1)
+                        loss4 = TAU**2 * (p_l * (p_l.log() - p_g.log())).sum(1).mean()
+                        loss = loss2 + alpha3 * dcor + LAMBDA_DIS * loss4
+                opt.zero_grad()
+                loss.backward()
+                opt.step()
+            states.append(params(net))
+            sizes.append(len(Y))
+        x_glob = [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(x_glob))]
+        new = net_at(x_glob).eval()  # send_parameters, then aggregate_features: this round's clients, θ(t+1)
+        with torch.no_grad():
+            feats = torch.cat([new.features(ctx.client_data(k)[0][hold[k]]) for k in selected])
+        labels = torch.cat([ctx.client_data(k)[1][hold[k]] for k in selected])
+        buffer = (feats, labels)
+        buffers[r + 1] = buffer
+    return x_glob, buffers
+
+
+@pytest.mark.parametrize("variant", ["code", "paper"])
+def test_flea_is_the_authors_mce_dec_kl_or_the_paper_s_eq6(monkeypatch, variant):
+    options = CODE if variant == "code" else PAPER
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        flea = build_algorithm(
+            "flea",
+            share_fraction=FRACTION,
+            beta_a=BETA_A,
+            lambda_dis=LAMBDA_DIS,
+            lambda_dcor=LAMBDA_DCOR,
+            tau=TAU,
+            **{"lambda_ce": 0.0, **options},
+        )
+        sampled = run_rounds(ctx, flea, ROUNDS)
+        x, buffers = flea_transcription(ctx, x0, sampled, code=variant == "code")
+    assert ctx.cfg.momentum > 0 and len(set(map(tuple, sampled))) > 1  # partial participation, clients change
+    assert sampled[0] != sampled[1] and sampled[2] != sampled[3]  # a buffer's clients are not the round's
+    assert_close(flea._buffer.features, buffers[ROUNDS][0], "F(4): round 3's clients' features under θ(4)")
+    assert torch.equal(flea._buffer.labels.argmax(1), buffers[ROUNDS][1])
+    assert flea._buffer.extracted_round == ROUNDS - 1 and sorted(set(flea._buffer.owner.tolist())) == sampled[2]
+    assert_close(params(ctx.model), x, "global model")
