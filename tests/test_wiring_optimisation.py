@@ -68,3 +68,128 @@ def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
     resumed = build_algorithm("scaffold")
     resumed.load_state_dict(scaffold.state_dict())  # c survives a checkpoint
     assert_close(resumed.c, c, "c after a checkpoint")
+
+
+def load(net, state):
+    """``net`` with the tensors ``state`` (a list in ``parameters()`` order)."""
+    with torch.no_grad():
+        for p, v in zip(net.parameters(), state):
+            p.copy_(v)
+    return net
+
+
+def weighted_mean(states, sizes):
+    return [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(states[0]))]
+
+
+def niid_bench_fednova(ctx, x0, sampled, lr, rho):
+    """NIID-Bench ``train_net_fednova`` + the fednova branch of ``main``: SGD with momentum ρ counting its steps τ;
+    a_i = (τ − ρ(1 − ρ^τ)/(1 − ρ))/(1 − ρ), d_i = (x − y_i)/a_i; with p_i = n_i/Σn over the sampled clients,
+    x ← x − (Σ p_i a_i)·Σ p_i d_i."""
+    x = [t.clone() for t in x0]
+    for r, selected in enumerate(sampled, start=1):
+        a_list, d_list, n_list = [], [], []
+        for k in selected:
+            net = load(wiring_mlp(4, 3, 1), x)
+            opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=rho)
+            X, Y = ctx.client_data(k)
+            tau = 0
+            for b in batches(ctx, r, k):
+                opt.zero_grad()
+                F.cross_entropy(net(X[b]), Y[b]).backward()
+                opt.step()
+                tau += 1
+            a_i = (tau - rho * (1 - rho**tau) / (1 - rho)) / (1 - rho)
+            a_list.append(a_i)
+            d_list.append([(xg - y) / a_i for xg, y in zip(x, params(net))])
+            n_list.append(len(Y))
+        total_n = sum(n_list)
+        d_total = [sum(d[j] * n / total_n for d, n in zip(d_list, n_list)) for j in range(len(x))]
+        coeff = sum(a * n / total_n for a, n in zip(a_list, n_list))
+        x = [xg - coeff * d for xg, d in zip(x, d_total)]
+    return x
+
+
+@pytest.mark.parametrize("momentum", [0.5, 0.0])
+def test_fednova_is_niid_bench_s_normalised_averaging(monkeypatch, momentum):
+    with float64():
+        # batch 3: the clients take 4 or 6 steps in every round (with equal τ_i FedNova is FedAvg)
+        ctx = tiny_context(monkeypatch, batch_size=3, momentum=momentum)
+        x0 = params(ctx.model)
+        fednova = build_algorithm("fednova")
+        sampled = run_rounds(ctx, fednova, ROUNDS)
+        x = niid_bench_fednova(ctx, x0, sampled, ctx.cfg.lr, momentum)
+    steps = {len(batches(ctx, 1, k)) for s in sampled for k in s}
+    assert len(steps) > 1 and len(set(map(tuple, sampled))) > 1
+    assert_close(params(ctx.model), x, "global model")
+    assert fednova.state_dict() == {} and all(ctx.clients.load(k, ROUNDS + 1) == {} for k in range(5))
+
+
+def fedprox_reference(ctx, x0, sampled, lr, momentum, mu):
+    """FedProx (litian96/FedProx ``PerturbedGradientDescent``: w ← w − lr(∇F + μ(w − w_t)), the gradient of
+    F + (μ/2)‖w − w_t‖²), written as NIID-Bench's ``train_net_fedprox`` does under momentum: the proximal term added
+    to the loss of an SGD optimiser with momentum ρ; the global model is the n_k-weighted mean."""
+    x = [t.clone() for t in x0]
+    for r, selected in enumerate(sampled, start=1):
+        states, sizes = [], []
+        for k in selected:
+            net = load(wiring_mlp(4, 3, 1), x)
+            opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+            X, Y = ctx.client_data(k)
+            for b in batches(ctx, r, k):
+                opt.zero_grad()
+                prox = sum((mu / 2) * torch.norm(w - wg) ** 2 for w, wg in zip(net.parameters(), x))
+                (F.cross_entropy(net(X[b]), Y[b]) + prox).backward()
+                opt.step()
+            states.append(params(net))
+            sizes.append(len(Y))
+        x = weighted_mean(states, sizes)
+    return x
+
+
+def test_fedprox_is_the_proximal_step_with_momentum(monkeypatch):
+    mu = 0.4
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        sampled = run_rounds(ctx, build_algorithm("fedprox", mu=mu), ROUNDS)
+        x = fedprox_reference(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, mu)
+    assert_close(params(ctx.model), x, "global model")
+
+
+def fair_flearn_qffedavg(ctx, x0, sampled, lr, momentum, q):
+    """fair_flearn ``qffedavg.py``: per sampled client, F_k = its training loss at the global model (before
+    training, + 1e-10); after local training ∆w = (w − w_k)/lr, Δ_k = F_k^q ∆w,
+    h_k = q F_k^(q−1) ‖∆w‖² + F_k^q / lr; ``aggregate2``: w ← w − Σ_k Δ_k / Σ_k h_k. Local training is the run's SGD
+    (momentum ρ; fair_flearn's is plain gradient descent)."""
+    x = [t.clone() for t in x0]
+    for r, selected in enumerate(sampled, start=1):
+        deltas, hs = [], []
+        for k in selected:
+            net = load(wiring_mlp(4, 3, 1), x)
+            X, Y = ctx.client_data(k)
+            with torch.no_grad():
+                loss = float(F.cross_entropy(net(X), Y))
+            opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+            for b in batches(ctx, r, k):
+                opt.zero_grad()
+                F.cross_entropy(net(X[b]), Y[b]).backward()
+                opt.step()
+            grads = [(u - v) / lr for u, v in zip(x, params(net))]
+            f = loss + 1e-10
+            deltas.append([f**q * g for g in grads])
+            hs.append(q * f ** (q - 1) * sum(float(g.pow(2).sum()) for g in grads) + (1 / lr) * f**q)
+        x = [xg - sum(d[j] for d in deltas) / sum(hs) for j, xg in enumerate(x)]
+    return x
+
+
+@pytest.mark.parametrize("q", [0.7, 2.0])
+def test_qffl_is_fair_flearn_s_qffedavg(monkeypatch, q):
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        qffl = build_algorithm("qffl", q=q)
+        sampled = run_rounds(ctx, qffl, ROUNDS)
+        x = fair_flearn_qffedavg(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, q)
+    assert_close(params(ctx.model), x, "global model")
+    assert qffl.state_dict() == {} and all(ctx.clients.load(k, ROUNDS + 1) == {} for k in range(5))

@@ -20,7 +20,7 @@ def mean_batches(
     xs, ys = [], []
     for idx in order.split(size):
         xs.append(x[idx].mean(0))
-        ys.append(F.one_hot(y[idx], num_classes).float().mean(0))
+        ys.append(F.one_hot(y[idx], num_classes).to(x.dtype).mean(0))
     return torch.stack(xs), torch.stack(ys)
 
 

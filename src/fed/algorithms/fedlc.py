@@ -25,7 +25,7 @@ class FedLC(Algorithm):
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
         x, y = ctx.client_data(client)
-        counts = torch.bincount(y, minlength=ctx.num_classes).float()
+        counts = torch.bincount(y, minlength=ctx.num_classes).to(x.dtype)
         return self.train_locally(ctx, client, x, y, extra={"counts": counts})
 
     def local_loss(self, model, x, y, local, ctx):

@@ -35,7 +35,7 @@ def naivemix_loss(model, x, y, x_bar, y_bar, lam: float | torch.Tensor, num_clas
     """``lam``: one weight, or one per sample (shape (B,))."""
     lam = torch.as_tensor(lam, dtype=x.dtype, device=x.device)
     lam_x, lam_y = (lam.view(-1, *[1] * (x.dim() - 1)), lam.view(-1, 1)) if lam.dim() else (lam, lam)
-    target = (1 - lam_y) * F.one_hot(y, num_classes).float() + lam_y * y_bar
+    target = (1 - lam_y) * F.one_hot(y, num_classes).to(x.dtype) + lam_y * y_bar
     return soft_cross_entropy(model((1 - lam_x) * x + lam_x * x_bar), target)
 
 

@@ -1,0 +1,267 @@
+"""Wiring of the loss-based baselines (MOON, FedMix, NaiveMix, FedNTD, FedLC): their real hooks through
+``run_round`` on the tiny problem of ``wiring.py``, against plain transcriptions of the authors' local objectives
+(QinbinLi/MOON ``train_net_fedcon``, the FedMix paper's and Flower's NaiveMix/FedMix losses, Lee-Gihun/FedNTD
+``NTD_Loss``, FL-bench's ``FedLCClient``) inside the same local SGD loop and the n_k-weighted mean."""
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
+
+from fed.algorithms import build_algorithm
+
+ROUNDS = 3
+
+
+def load(net, state):
+    """``net`` with the tensors ``state`` (a list in ``parameters()`` order)."""
+    with torch.no_grad():
+        for p, v in zip(net.parameters(), state):
+            p.copy_(v)
+    return net
+
+
+def fedavg_rounds(ctx, x0, sampled, local_loss, make_net=lambda: wiring_mlp(4, 3, 1), prepare=None, after_round=None):
+    """The rounds around a method's local objective: every sampled client starts from the global model x, runs
+    SGD (lr, momentum ρ, fresh optimiser) over ``local_loss(net, xb, yb, r, k)`` on the run's batches; the global
+    model is the n_k-weighted mean. ``prepare(r, k, x)`` runs before a client trains (a teacher, a stream),
+    ``after_round(trained)`` after each round with {client: its trained parameters}; returns x."""
+    lr, momentum = ctx.cfg.lr, ctx.cfg.momentum
+    x = [t.clone() for t in x0]
+    for r, selected in enumerate(sampled, start=1):
+        states, sizes, trained = [], [], {}
+        for k in selected:
+            net = load(make_net(), x)
+            if prepare is not None:
+                prepare(r, k, x)
+            opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
+            X, Y = ctx.client_data(k)
+            for b in batches(ctx, r, k):
+                opt.zero_grad()
+                local_loss(net, X[b], Y[b], r, k).backward()
+                opt.step()
+            trained[k] = params(net)
+            states.append(trained[k])
+            sizes.append(len(Y))
+        x = [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(x))]
+        if after_round is not None:
+            after_round(trained)
+    return x
+
+
+# ---------------------------------------------------------------------------------------------------------- MOON
+
+
+def moon_net(d):
+    """Our MOON model: the classifier reads the backbone's features, the projection head (Linear, ReLU, Linear)
+    is a side branch for the contrastive term (docs/deviations.md: MOON's code puts it before the classifier)."""
+    net = wiring_mlp(4, 3, 1)
+    net.extras = nn.ModuleDict({"projection": nn.Sequential(nn.Linear(5, d), nn.ReLU(), nn.Linear(d, d))})
+    return net
+
+
+def moon_reference(ctx, x0, sampled, mu, tau, d):
+    """QinbinLi/MOON ``train_net_fedcon`` with a pool of one previous model per client (``model_buffer_size`` 1):
+    z = P(h) of the local model, pro2 of the round's global model (positive), pro3 of the client's model after its
+    last local training (negative); ``logits = [cos(z, pro2), cos(z, pro3)] / τ``, loss = CE(out, y) +
+    μ·CE(logits, 0). A client without a previous model has no negative (MOON's first round, whose pool is empty):
+    its loss is CE only."""
+    prev = {}
+    frozen = {"global": moon_net(d).eval(), "prev": moon_net(d).eval()}
+
+    def prepare(r, k, x):
+        load(frozen["global"], x)
+        if k in prev:
+            load(frozen["prev"], prev[k])
+
+    def loss(net, xb, yb, r, k):
+        h = net.body(xb)
+        z = net.extras["projection"](h.flatten(1))
+        with torch.no_grad():
+            pro2 = frozen["global"].extras["projection"](frozen["global"].body(xb).flatten(1))
+            pro3 = frozen["prev"].extras["projection"](frozen["prev"].body(xb).flatten(1))
+        logits = F.cosine_similarity(z, pro2, dim=-1).reshape(-1, 1)
+        if k in prev:
+            logits = torch.cat([logits, F.cosine_similarity(z, pro3, dim=-1).reshape(-1, 1)], dim=1)
+        logits = logits / tau
+        return F.cross_entropy(net.classifier(h), yb) + mu * F.cross_entropy(logits, torch.zeros(len(yb)).long())
+
+    x = fedavg_rounds(ctx, x0, sampled, loss, lambda: moon_net(d), prepare, after_round=prev.update)
+    return x, prev
+
+
+def test_moon_is_train_net_fedcon_with_a_previous_model_per_client(monkeypatch):
+    mu, tau, d = 2.5, 0.7, 6
+    with float64():
+        moon = build_algorithm("moon", mu=mu, tau=tau, projection_dim=d)
+        ctx = tiny_context(monkeypatch, extra_modules=moon.extra_modules)
+        x0 = params(ctx.model)
+        sampled = run_rounds(ctx, moon, 4)
+        x, prev = moon_reference(ctx, x0, sampled, mu, tau, d)
+    # clients that return the next round, after a gap (client 1: rounds 1 and 4), and new ones (2 in round 2)
+    assert set(sampled[0]) & set(sampled[1]) and set(sampled[1]) - set(sampled[0])
+    assert any(k in sampled[0] and k not in sampled[1] + sampled[2] for k in sampled[3])
+    assert_close(params(ctx.model), x, "global model (backbone, classifier, projection head)")
+    for k in sorted({k for s in sampled for k in s}):
+        assert_close(list(ctx.clients.load(k, 5)["prev"].values()), prev[k], f"previous model of {k}")
+
+
+# ------------------------------------------------------------------------------------------------ FedMix, NaiveMix
+
+
+def shared_means(ctx, size):
+    """Every client's averaged data: its samples in the order of its "share" stream, in groups of ``size``, each
+    group's mean input and mean one-hot label; with the client that shared each mean."""
+    xs, ys, owner = [], [], []
+    for k in range(ctx.num_clients):
+        X, Y = ctx.client_data(k)
+        order = torch.randperm(len(Y), generator=ctx.rng("share", k))
+        for group in order.split(size):
+            xs.append(X[group].mean(0))
+            ys.append(torch.eye(ctx.num_classes)[Y[group]].mean(0))
+            owner.append(k)
+    return torch.stack(xs), torch.stack(ys), torch.tensor(owner)
+
+
+def mix_rounds(ctx, x0, sampled, size, mixed_loss):
+    """The rounds of a mean-sharing method: in each batch every local sample is paired with a mean (x̄, ȳ) shared
+    by another client, drawn uniformly from the client's "mix" stream of the round; ``mixed_loss(net, x, y, x̄, ȳ,
+    gen)`` is the batch's loss."""
+    x_bar, y_bar, owner = shared_means(ctx, size)
+    streams = {}
+
+    def prepare(r, k, x):
+        streams[k] = ctx.rng("mix", r, k)
+
+    def loss(net, xb, yb, r, k):
+        pool = torch.nonzero(owner != k).flatten()
+        pick = pool[torch.randint(len(pool), (len(yb),), generator=streams[k])]
+        return mixed_loss(net, xb, yb, x_bar[pick], y_bar[pick], streams[k])
+
+    return fedavg_rounds(ctx, x0, sampled, loss, prepare=prepare)
+
+
+def fedmix_paper_loss(lam):
+    """FedMix (Yoon et al., ICLR 2021), the first-order approximation of the global mixup loss, per sample i with
+    its mean (x̄_i, ȳ_i): (1 − λ) ℓ(f((1 − λ)x_i), y_i) + λ ℓ(f((1 − λ)x_i), ȳ_i) + λ ⟨∂ℓ(f(u), y_i)/∂u, x̄_i⟩ at the
+    model's input u = (1 − λ)x_i (ℓ: cross-entropy, soft for ȳ); mean over the batch."""
+
+    def loss(net, xb, yb, xbar, ybar, gen):
+        u = ((1 - lam) * xb).requires_grad_(True)
+        out = net(u)
+        ce_y = F.cross_entropy(out, yb, reduction="none")
+        ce_bar = -(ybar * F.log_softmax(out, dim=1)).sum(1)
+        (du,) = torch.autograd.grad(ce_y.sum(), u, create_graph=True)  # row i: ∂ℓ_i/∂u_i (no BN: rows apart)
+        taylor = (du * xbar).flatten(1).sum(1)
+        return ((1 - lam) * ce_y + lam * ce_bar + lam * taylor).mean()
+
+    return loss
+
+
+def naivemix_loss(lam, lam_beta=None):
+    """NaiveMix (FedMix paper; Flower's ``NaiveMixClient``): x̃ = (1 − λ)x + λx̄, loss (1 − λ)ℓ(f(x̃), y) + λℓ(f(x̃), ȳ).
+    With ``lam_beta`` = a (FLea's code), λ_i ~ Beta(a, a) per sample from a numpy stream seeded by the client's
+    mix stream after its pick."""
+
+    def loss(net, xb, yb, xbar, ybar, gen):
+        if lam_beta is None:
+            lam_i = torch.full((len(yb),), lam)
+        else:
+            seed = int(torch.randint(2**62, (1,), generator=gen))
+            lam_i = torch.as_tensor(np.random.default_rng(seed).beta(lam_beta, lam_beta, size=len(yb)))
+        out = net((1 - lam_i.view(-1, 1, 1, 1)) * xb + lam_i.view(-1, 1, 1, 1) * xbar)
+        ce_y = F.cross_entropy(out, yb, reduction="none")
+        ce_bar = -(ybar * F.log_softmax(out, dim=1)).sum(1)
+        return ((1 - lam_i) * ce_y + lam_i * ce_bar).mean()
+
+    return loss
+
+
+@pytest.mark.parametrize(
+    "method, params_, reference",
+    [
+        ("fedmix", {"lam": 0.3}, fedmix_paper_loss(0.3)),
+        ("naivemix", {"lam": 0.3}, naivemix_loss(0.3)),
+        ("naivemix", {"lam_beta": 2.0}, naivemix_loss(None, lam_beta=2.0)),
+    ],
+    ids=["fedmix", "naivemix", "naivemix_beta"],
+)
+def test_fedmix_and_naivemix_are_the_papers_losses_on_other_clients_means(monkeypatch, method, params_, reference):
+    size = 3
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        algorithm = build_algorithm(method, mean_batch=size, **params_)
+        sampled = run_rounds(ctx, algorithm, ROUNDS)
+        x = mix_rounds(ctx, x0, sampled, size, reference)
+        assert_close(params(ctx.model), x, "global model")
+        x_bar, y_bar, owner = shared_means(ctx, size)
+    assert_close([algorithm.x_bar, algorithm.y_bar], [x_bar, y_bar], "shared means")
+    assert ctx.ledger == {"mean_batches": len(owner)}
+
+
+# -------------------------------------------------------------------------------------------------------- FedNTD
+
+
+def ntd_reference(tau, beta, teacher):
+    """Lee-Gihun/FedNTD ``NTD_Loss``: CE(z, y) + β τ² KL(softmax(z̃_g/τ) ‖ softmax(z̃/τ)) (``batchmean``), z̃ the
+    logits without the true class's column (``refine_as_not_true``), z_g the logits of the global model the client
+    received (``_keep_global``)."""
+
+    def not_true(logits, y):
+        positions = torch.arange(logits.shape[1]).repeat(len(y), 1)
+        positions = positions[positions != y.view(-1, 1)].view(len(y), -1)
+        return torch.gather(logits, 1, positions)
+
+    def loss(net, xb, yb, r, k):
+        logits = net(xb)
+        with torch.no_grad():
+            dg_probs = torch.softmax(not_true(teacher(xb), yb) / tau, dim=1)
+        pred = F.log_softmax(not_true(logits, yb) / tau, dim=1)
+        ntd = tau**2 * (dg_probs * (dg_probs.log() - pred)).sum() / len(yb)
+        return F.cross_entropy(logits, yb) + beta * ntd
+
+    return loss
+
+
+def test_fedntd_is_ntd_loss_with_the_global_model_as_teacher(monkeypatch):
+    tau, beta = 2.5, 0.7
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        sampled = run_rounds(ctx, build_algorithm("fedntd", tau=tau, beta=beta), ROUNDS)
+        teacher = wiring_mlp(4, 3, 1).requires_grad_(False)
+        x = fedavg_rounds(ctx, x0, sampled, ntd_reference(tau, beta, teacher), prepare=lambda r, k, x: load(teacher, x))
+    assert_close(params(ctx.model), x, "global model")
+
+
+# --------------------------------------------------------------------------------------------------------- FedLC
+
+
+def fedlc_reference(counts, tau):
+    """FL-bench ``FedLCClient.logit_calibrated_loss``: with the client's training-label counts n_c (1e-8 for a class
+    it lacks), −log( e^{z_y − τ n_y^{−1/4}} / Σ_c e^{z_c − τ n_c^{−1/4}} ), summed over the batch / B."""
+
+    def loss(net, xb, yb, r, k):
+        cal = torch.exp(net(xb) - tau * counts[k].pow(-1 / 4).unsqueeze(0).expand(len(yb), -1))
+        y_logit = torch.gather(cal, dim=-1, index=yb.unsqueeze(1))
+        return -torch.log(y_logit / cal.sum(dim=-1, keepdim=True)).sum() / len(yb)
+
+    return loss
+
+
+def test_fedlc_calibrates_by_the_client_s_own_label_counts(monkeypatch):
+    tau = 0.6
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        sampled = run_rounds(ctx, build_algorithm("fedlc", tau=tau), ROUNDS)
+        counts = {}
+        for k in range(ctx.num_clients):
+            labels = ctx.client_data(k)[1].tolist()
+            counts[k] = torch.tensor([float(labels.count(c)) if c in labels else 1e-8 for c in range(3)])
+        x = fedavg_rounds(ctx, x0, sampled, fedlc_reference(counts, tau))
+    assert any((c == 1e-8).any() for c in counts.values())  # a client lacks a class
+    assert_close(params(ctx.model), x, "global model")
