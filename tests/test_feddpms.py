@@ -1,22 +1,26 @@
 """FedDPMS (Chen & Vikalo 2023): the shared mean's sensitivity, the noise against both accountings, the server's
-matching, Stage I's local decoders, and what a receiver sees."""
+matching, Stage I's loss and local decoders, what a receiver sees, and the preset against the official code
+(CityChan/Federated-DPMS @ dd16e44). The whole loop against the code: tests/test_wiring_feddpms.py."""
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 from scipy.stats import norm
+from torch import nn
 
 from fed.algorithms import build_algorithm, feddpms
-from fed.config import FLConfig, MethodSpec
+from fed.config import FLConfig, MethodSpec, load_yaml, resolve_preset
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
 from fed.dpms import (
     abundant_and_scarce,
     class_mean,
     clip_rows,
+    code_class_mean,
     epsilon_classical,
     epsilon_exact,
     match_clients,
@@ -43,6 +47,45 @@ CFG = FLConfig(
     model="cnn_dpms_fmnist",
 )
 DPMS = {"preliminary_rounds": 2, "quota": 20, "max_attempts": 200}
+PAPER = load_yaml(Path(__file__).parents[1] / "config/papers/feddpms.yaml")
+
+
+def test_the_preset_averages_like_the_code_unweighted():
+    # sampling.average_weights (l. 121-130) is the plain mean, for every method of the figures (train.py l. 255, 344,
+    # 401) and for the decoders (the global decoder is the global model's Decoder after l. 255-256)
+    assert resolve_preset(PAPER["presets"], "feddpms")["aggregation"] == "mean"
+
+
+def test_cifar10_cells_keep_40_percent_of_each_client_like_the_code_s_mini():
+    # every CIFAR-10 script of the figures passes --mini 0.4 (scripts/train_cifar10*.sh); FMNIST and CIFAR-100: 1
+    for cifar10 in (PAPER["tables"]["feddpms_cifar10"], PAPER["figures"]["feddpms_acc_cifar10"]):
+        assert all(PAPER["partitions"][p]["subsample"] == 0.4 for p in cifar10["partitions"])
+    for other in ("feddpms_fmnist", "feddpms_cifar100"):
+        assert all("subsample" not in PAPER["partitions"].get(p, {}) for p in PAPER["tables"][other]["partitions"])
+
+
+def test_stage1_loss_is_ce_plus_lambda_mse_and_the_code_s_mean_kld():
+    torch.manual_seed(0)
+    model = build_model("cnn_dpms_fmnist", 1, 10, 28).eval()
+    model.extras = nn.ModuleDict(vae_modules(model, (1, 28, 28))).eval()
+    x, y = torch.randn(6, 1, 28, 28), torch.randint(10, (6,))
+    losses = {}
+    for kld in ("mean", "sum"):
+        torch.manual_seed(1)  # the same reparameterisation draws
+        losses[kld] = feddpms.vae_loss(model, x, y, 0.05, kld)
+    with torch.no_grad():
+        h = model.features(x).flatten(1)
+        mu, logvar = model.extras["mu"](h), model.extras["logvar"](h)
+        torch.manual_seed(1)
+        x_hat = model.extras["decoder"](mu + torch.exp(logvar / 2) * torch.randn(mu.shape))
+        kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp())
+        ce, mse = torch.nn.functional.cross_entropy(model.head(h), y), (x_hat - x).pow(2).sum() / 6
+    # Localupdate.py l. 49-52: KLD .mean() over batch × latent dimensions (the reconstruction summed / B)
+    assert losses["mean"].item() == pytest.approx((ce + 0.05 * (kl.mean() + mse)).item(), rel=1e-5)
+    assert losses["sum"].item() == pytest.approx((ce + 0.05 * (kl.sum() / 6 + mse)).item(), rel=1e-5)
+    # the KLD scale is Stage I's identity: the default keeps the stage's key, the option has its own
+    assert build_algorithm("feddpms").stages()["warm"].key == "vae_prelim-rounds20-vae_weight0.05"
+    assert build_algorithm("feddpms", kld="sum").stages()["warm"].key == "vae_prelim-kldsum-rounds20-vae_weight0.05"
 
 
 def test_clipping_bounds_the_mean_sensitivity_by_2C_over_n():
@@ -72,11 +115,44 @@ def test_clipping_bounds_the_mean_sensitivity_by_2C_over_n():
 def test_noise_std_is_sigma_times_sensitivity():
     g = torch.Generator().manual_seed(1)
     z = torch.randn(50, 4, generator=g)
-    pool = noisy_mean_pool(z, 0, lambda v: torch.zeros(len(v), dtype=torch.long), 1.0, 4.0, 20_000, 20_000, g)
+    mean, std = class_mean(z, 1.0), 4.0 * sensitivity(1.0, 50)
+    pool = noisy_mean_pool(mean, std, 0, lambda v: torch.zeros(len(v), dtype=torch.long), 20_000, 20_000, g)
     assert pool.attempts == 20_000 and len(pool.latents) == 20_000  # everything accepted
-    noise = pool.latents - class_mean(z, 1.0)
+    noise = pool.latents - mean
     assert noise.mean().item() == pytest.approx(0, abs=0.01)
     assert noise.std().item() == pytest.approx(4.0 * 2 * 1.0 / 50, rel=0.02)
+    # draws in batches of α (the code's gen_num per iteration), the first α accepted kept
+    half = noisy_mean_pool(mean, std, 0, lambda v: torch.arange(len(v)) % 2, 30, 1000, g)
+    assert half.attempts == 60 and len(half.latents) == 30
+
+
+def test_the_code_s_class_mean_is_unclipped_reparameterised_resampled():
+    # utils.GenData: z ~ q(z|x) per sample, int(0.1 N) resampled with replacement (N when N <= 20), torch.mean(z)
+    mu, logvar = torch.randn(40, 3) * 100, torch.randn(40, 3)  # norms far beyond any clip
+    g = torch.Generator().manual_seed(2)
+    got = code_class_mean(mu, logvar, torch.Generator().manual_seed(2))
+    z = mu + torch.exp(logvar / 2) * torch.randn(40, 3, generator=g)
+    expected = z[torch.randint(40, (4,), generator=g)].mean(0)
+    assert torch.allclose(got, expected) and got.norm() > 10  # nothing clipped
+    scalar = code_class_mean(mu, logvar, torch.Generator().manual_seed(2), collapse=True)
+    assert torch.allclose(scalar, expected.mean().expand(3))
+    small = torch.randn(7, 3)
+    g = torch.Generator().manual_seed(3)
+    z = small + torch.randn(7, 3, generator=g)  # logvar 0
+    expected = z[torch.randint(7, (7,), generator=g)].mean(0)
+    assert torch.allclose(code_class_mean(small, torch.zeros(7, 3), torch.Generator().manual_seed(3)), expected)
+
+
+def test_the_code_s_noise_is_an_absolute_std_and_its_ledger_has_no_epsilon(dpms_run, synthetic_root, accept_all):
+    tmp, part = dpms_run
+    run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"}, params={**DPMS, "noise": "code"})
+    run.run()
+    shared = run.ctx.ledger
+    assert shared["noise_std"] == 4.0 and shared["epsilon_exact"] == "inf"
+    assert "clip_norm" not in shared and "epsilon_exact_per_release" not in shared
+    z, _ = next(v for v in run.algorithm._received.values() if len(v[1]) >= 10)
+    # the kept draws of one class (every draw kept): spread by the absolute σ = 4, not σ·2C/N
+    assert z[:10].std(0).mean() > 2
 
 
 def test_epsilon_by_the_slides_formula_and_by_the_exact_accountant():
@@ -102,12 +178,17 @@ def test_abundant_scarce_classes_and_matching_by_hand():
     counts = np.array([50, 0, 3, 20, 7])
     assert abundant_and_scarce(counts, 2) == ([0, 3], [1, 2])
     assert abundant_and_scarce(np.array([0, 5, 0]), 2) == ([1], [0, 2])  # an empty class is never abundant
+    # ties as the code's counts.argsort()[::-1]: the higher class id is the more abundant, the lower the scarcer
+    assert abundant_and_scarce(np.array([4, 4, 4, 1, 1]), 2) == ([2, 1], [3, 4])
     abundant = [[0, 1], [2, 3], [0, 2], [4, 5]]
     scarce = [[2, 3], [0, 1], [4, 5], [9, 8]]
     # 0 needs {2,3}: client 1 has both; 1 needs {0,1}: client 0 has both (2 has only 0); 2 needs {4,5}: client 3;
     # nobody is abundant in 8 or 9
     assert match_clients(abundant, scarce) == [1, 0, 3, None]
     assert match_clients([[0], [0]], [[0], [0]]) == [1, 0]  # never oneself
+    # the code's np.argmax(L2D[i]) over every client: oneself allowed, the first on a tie, a donor without overlap
+    assert match_clients(abundant, scarce, code_rule=True) == [1, 0, 3, 0]
+    assert match_clients([[0], [0]], [[0], [0]], code_rule=True) == [0, 0]
 
 
 @pytest.fixture(scope="module")
@@ -170,8 +251,8 @@ def test_decoders_stay_local_until_the_upload_round_then_average(dpms_run, synth
 def accept_all(monkeypatch):
     """Every noisy mean is kept: 2 Stage I rounds decode poorly, and these tests are about the plumbing."""
 
-    def pool(z, label, accept, *args, **kwargs):
-        return noisy_mean_pool(z, label, lambda v: torch.full((len(v),), label), *args, **kwargs)
+    def pool(mean, std, label, accept, *args, **kwargs):
+        return noisy_mean_pool(mean, std, label, lambda v: torch.full((len(v),), label), *args, **kwargs)
 
     monkeypatch.setattr(feddpms, "noisy_mean_pool", pool)
 
@@ -210,6 +291,28 @@ def test_a_receiver_gets_noisy_latents_decoded_by_the_global_decoder_never_data_
     stage1 = torch.load(tmp / "stage1.pt", weights_only=False)["global_state"]
     for k in decoder_keys(stage1):
         assert torch.equal(stage1[k], ctx.global_state[k].cpu()), k
+
+
+def test_send_classes_all_forwards_every_abundant_class_of_the_code_s_donor(dpms_run, synthetic_root, accept_all):
+    tmp, part = dpms_run
+    labels = load_labels("synthetic", synthetic_root)
+    roles = [
+        abundant_and_scarce(np.bincount(labels[c["train"]], minlength=10), 3)
+        for c in json.loads(part.read_text())["clients"]
+    ]
+    abundant, scarce = [r[0] for r in roles], [r[1] for r in roles]
+    got = {}
+    for send in ("needed", "all"):
+        run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"}, params={**DPMS, "send_classes": send})
+        run.run()
+        got[send] = {i: sorted(set(y.tolist())) for i, (_, y) in run.algorithm._received.items()}
+        donors = run.history[2]["dpms_donor"]
+        for i, j in enumerate(donors):
+            if send == "all":  # train.py l. 307-310: GenData over every Major_classes[argmax_j L2D[i, j]]
+                assert j == match_clients(abundant, scarce, code_rule=True)[i] and got[send][i] == sorted(abundant[j])
+            else:  # the slides: "the corresponding means" — only the classes the receiver is scarce in
+                assert got[send][i] == sorted(set(scarce[i]) & set(abundant[j] if j >= 0 else []))
+    assert got["needed"] != got["all"]
 
 
 def test_the_ledger_reports_what_left_and_both_epsilons(dpms_run, synthetic_root):
@@ -280,7 +383,15 @@ def test_feddpms_rejects_a_model_without_a_vae_trunk_and_bad_settings():
             0,
             progress=None,
         )
-    for bad in ({"mean": "median"}, {"noise_multiplier": 0}, {"preliminary_rounds": 0}, {"clip_norm": -1.0}):
+    for bad in (
+        {"mean": "median"},
+        {"noise_multiplier": 0},
+        {"preliminary_rounds": 0},
+        {"clip_norm": -1.0},
+        {"kld": "max"},
+        {"noise": "laplace"},
+        {"send_classes": "some"},
+    ):
         with pytest.raises(ValueError, match="FedDPMS"):
             build_algorithm("feddpms", **bad)
 

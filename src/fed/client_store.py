@@ -38,7 +38,7 @@ class ClientStore:
             return {}
         latest = versions[max(versions)]
         if isinstance(latest, dict):
-            return {k: v.clone() if torch.is_tensor(v) else v for k, v in latest.items()}
+            return _clone(latest)
         try:
             return torch.load(latest, weights_only=True, map_location=device)
         except Exception as err:  # a torn file cannot happen (atomic writes); a corrupted disk can
@@ -47,10 +47,8 @@ class ClientStore:
             ) from err
 
     def save(self, client: int, round_: int, state: dict[str, Any]) -> None:
-        if self.root is None:
-            self._memory.setdefault(client, {})[round_] = {
-                k: v.detach().clone() if torch.is_tensor(v) else v for k, v in state.items()
-            }
+        if self.root is None:  # a copy, as a file would hold: the caller's tensors change in later rounds
+            self._memory.setdefault(client, {})[round_] = _clone(state)
             return
         folder = self.root / str(client)
         folder.mkdir(parents=True, exist_ok=True)
@@ -79,3 +77,14 @@ class ClientStore:
         if self.root is None:
             return len(self._memory)
         return sum(1 for p in self.root.iterdir() if p.is_dir()) if self.root.is_dir() else 0
+
+
+def _clone(value: Any) -> Any:
+    """A copy of tensors nested in dicts, lists and tuples (a state dict inside a client's state)."""
+    if torch.is_tensor(value):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        return {k: _clone(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_clone(v) for v in value)
+    return value

@@ -1,10 +1,17 @@
 """Differentially private mean sharing (FedDPMS, Chen & Vikalo 2023, Stage II): pure functions of tensors, the
 privacy accounting, and the server's client matching. ``fed.algorithms.feddpms`` puts them in the round loop.
 
-Mechanism. Client i's data representation of class c is the mean of its latent means,
-z_i^c = (1/N) Σ_j clip_C(Mu(E(x_j))), every row clipped to ℓ2 norm ≤ C. Adding, removing or replacing one sample
-moves the mean by at most Δ = 2C/N (replace: ‖a − b‖/N ≤ 2C/N; add: ‖x − z‖/(N+1) ≤ 2C/(N+1)). Each release is
-z̃ = z + N(0, (σΔ)² I): a Gaussian mechanism with noise multiplier σ (noise std / sensitivity).
+Mechanism (``noise: calibrated``, the slides' Definition 2 with a sensitivity that holds). Client i's data
+representation of class c is the mean of its latent means, z_i^c = (1/N) Σ_j clip_C(Mu(E(x_j))), every row clipped to
+ℓ2 norm ≤ C. Adding, removing or replacing one sample moves the mean by at most Δ = 2C/N (replace: ‖a − b‖/N ≤ 2C/N;
+add: ‖x − z‖/(N+1) ≤ 2C/(N+1)). Each release is z̃ = z + N(0, (σΔ)² I): a Gaussian mechanism with noise multiplier σ
+(noise std / sensitivity). The slides: "M(d) = f(d) + N(0, S_f²·σ²) … sensitive S_f is 1/N_i^c" (valid only for
+representations in [0, 1], never ensured).
+
+The official code (``noise: code``, CityChan/Federated-DPMS ``utils.py`` ``GenData``): z_j ~ q(z|x_j) (one
+reparameterised draw per sample), 10 % of them resampled with replacement (all, with replacement, when N ≤ 20), their
+mean — ``torch.mean(z)``, one scalar over every dimension (``mean: scalar``), or per dimension (``mean: vector``) —
+plus N(0, σ² I): σ an absolute std, nothing clipped, no sensitivity, no ε.
 
 Accounting, per (client, class) — classes are disjoint subsets of a client's data, so a client's guarantee is the
 largest over its classes (parallel composition):
@@ -37,8 +44,21 @@ def sensitivity(clip_norm: float, n: int) -> float:
 
 def class_mean(z: torch.Tensor, clip_norm: float, collapse: bool = False) -> torch.Tensor:
     """The clipped rows' mean; ``collapse`` reduces it to one scalar broadcast over the latent dimensions (the
-    official code's ``torch.mean(z)``, kept as an option to reproduce it; its sensitivity is no larger)."""
+    official code's ``torch.mean(z)``; its sensitivity is no larger)."""
     m = clip_rows(z, clip_norm).mean(0)
+    return m.mean().expand_as(m).clone() if collapse else m
+
+
+def code_class_mean(
+    mu: torch.Tensor, logvar: torch.Tensor, generator: torch.Generator, collapse: bool = False
+) -> torch.Tensor:
+    """The official code's class representation (``GenData``): one draw z_j = μ_j + exp(logvar_j / 2)·ε_j per
+    sample, ⌊0.1 N⌋ of them resampled with replacement (N when N ≤ 20), their mean; ``collapse``: ``torch.mean(z)``,
+    one scalar broadcast over the latent dimensions. Nothing is clipped."""
+    n = len(mu)
+    z = mu + torch.exp(logvar / 2) * torch.randn(mu.shape, generator=generator).to(mu)
+    picked = torch.randint(n, (int(0.1 * n) if n > 20 else n,), generator=generator).to(mu.device)
+    m = z[picked].mean(0)
     return m.mean().expand_as(m).clone() if collapse else m
 
 
@@ -72,52 +92,50 @@ class Pool:
 
     latents: torch.Tensor  # (accepted, code) noisy means z̃ whose decoding the classifier labelled c
     attempts: int  # noisy means drawn: each is a release of z_i^c (see accounting)
-    num_samples: int  # N_i^c
-    clipped_fraction: float  # share of the class's rows that clipping shortened
 
 
 def noisy_mean_pool(
-    z: torch.Tensor,
+    mean: torch.Tensor,
+    std: float,
     label: int,
     accept: Callable[[torch.Tensor], torch.Tensor],
-    clip_norm: float,
-    noise_multiplier: float,
     quota: int,
     max_attempts: int,
     generator: torch.Generator,
-    collapse: bool = False,
-    batch: int = 100,
 ) -> Pool:
-    """DPMS for one abundant class: draw z̃ = z_i^c + N(0, (σΔ)² I) in batches, keep those ``accept`` (decode with the
-    global decoder, classify) labels ``label``, until ``quota`` are kept or ``max_attempts`` are drawn."""
-    mean = class_mean(z, clip_norm, collapse)
-    std = noise_multiplier * sensitivity(clip_norm, len(z))
+    """DPMS for one abundant class: draw z̃ = mean + N(0, std² I) in batches of ``quota`` (the code's ``gen_num`` per
+    iteration), keep those ``accept`` (decode with the global decoder, classify) labels ``label``, until ``quota`` are
+    kept (the first ``quota``) or ``max_attempts`` are drawn."""
     kept, attempts = [], 0
     while sum(len(k) for k in kept) < quota and attempts < max_attempts:
-        b = min(batch, max_attempts - attempts)
+        b = min(quota, max_attempts - attempts)
         noisy = mean + std * torch.randn(b, len(mean), generator=generator).to(mean)
         attempts += b
         kept.append(noisy[accept(noisy) == label])
     latents = torch.cat(kept)[:quota] if kept else mean.new_zeros(0, len(mean))
-    clipped = float((z.norm(dim=1) > clip_norm).float().mean())
-    return Pool(latents, attempts, len(z), clipped)
+    return Pool(latents, attempts)
 
 
 def abundant_and_scarce(counts: np.ndarray, k: int) -> tuple[list[int], list[int]]:
-    """A client's k most and k least numerous classes (the code's top-k / bottom-k by count; ties by class id).
-    An abundant class needs at least one sample."""
-    order = np.argsort(-counts, kind="stable")
-    abundant = [int(c) for c in order[:k] if counts[c] > 0]
-    scarce = [int(c) for c in np.argsort(counts, kind="stable")[:k]]
+    """A client's k most and k least numerous classes, as the code's ``counts.argsort()[::-1][:k]`` and
+    ``[C − k:]`` (ties: an ascending stable sort, reversed — the higher class id is the more abundant). An abundant
+    class needs at least one sample (the code's empty "abundant" class yields nothing either)."""
+    order = np.argsort(counts, kind="stable")
+    abundant = [int(c) for c in order[::-1][:k] if counts[c] > 0]
+    scarce = [int(c) for c in order[:k]]
     return abundant, scarce
 
 
-def match_clients(abundant: list[list[int]], scarce: list[list[int]]) -> list[int | None]:
+def match_clients(abundant: list[list[int]], scarce: list[list[int]], code_rule: bool = False) -> list[int | None]:
     """The server's matching: receiver i gets the donor j ≠ i with the most of i's scarce classes among its abundant
-    ones (the lowest j on a tie); None when no donor has any."""
-    donors = []
+    ones (the lowest j on a tie); None when no donor has any. ``code_rule``: the code's ``np.argmax(L2D[i])`` over
+    every j, i itself included, the first on a tie, a donor even when no overlap is left (``train.py``)."""
+    donors: list[int | None] = []
     for i, need in enumerate(scarce):
-        overlap = [(len(set(need) & set(a)), -j) for j, a in enumerate(abundant) if j != i]
-        best, neg_j = max(overlap) if overlap else (0, 0)
-        donors.append(-neg_j if best > 0 else None)
+        overlap = [len(set(need) & set(a)) for a in abundant]
+        if code_rule:
+            donors.append(int(np.argmax(overlap)))
+            continue
+        best = max((o, -j) for j, o in enumerate(overlap) if j != i) if len(overlap) > 1 else (0, 0)
+        donors.append(-best[1] if best[0] > 0 else None)
     return donors

@@ -103,7 +103,8 @@ def run_fedavg_prefix(job: StageJob) -> None:
 def run_vae_prelim(job: StageJob) -> None:
     """FedDPMS' Stage I: P rounds of FedDPMS (its rounds ≤ P are Stage I); its final checkpoint, tagged with this
     stage, is where FedDPMS cells continue (``Engine.load_warm_start`` checks the tag)."""
-    params = {"preliminary_rounds": job.stage.param("rounds"), "vae_weight": job.stage.param("vae_weight")}
+    stage = dict(job.stage.params)
+    params = {"preliminary_rounds": stage["rounds"], "vae_weight": stage["vae_weight"], "kld": stage.get("kld", "mean")}
     run = job.engine(MethodSpec("feddpms-stage1", "feddpms", params), rounds=job.stage.param("rounds"))
     run.run()
     ckpt = torch.load(run.checkpoint_path, weights_only=False, map_location="cpu")

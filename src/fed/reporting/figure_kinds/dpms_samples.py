@@ -12,19 +12,23 @@ from fed.reporting.figure_kinds.common import STR, cell
 
 NEEDS_MODELS = True
 
-KEYS = {
-    "preset": (True, STR),
-    "partition": (True, STR),
-    "method": (True, {"oneOf": [STR, {"type": "object", "additionalProperties": STR}], "description": "or dataset ->"}),
-}
+PER_DATASET = {"oneOf": [STR, {"type": "object", "additionalProperties": STR}], "description": "or dataset ->"}
+KEYS = {"preset": (True, STR), "partition": (True, PER_DATASET), "method": (True, PER_DATASET)}
 
 
-def method_of(fig, dataset):
-    return fig["method"] if isinstance(fig["method"], str) else fig["method"][dataset]
+def of(fig, key, dataset):
+    """A key given once or per dataset (CIFAR-10's partitions are the code's 40 % subsamples)."""
+    if isinstance(fig[key], str):
+        return fig[key]
+    if dataset not in fig[key]:
+        raise ValueError(f"{fig.get('output', 'dpms_samples')}: {key} names no value for dataset {dataset!r}")
+    return fig[key][dataset]
 
 
 def cells(fig):
-    return [cell(fig["preset"], d, fig["partition"], method_of(fig, d), fig["seeds"][0]) for d in fig["datasets"]]
+    return [
+        cell(fig["preset"], d, of(fig, "partition", d), of(fig, "method", d), fig["seeds"][0]) for d in fig["datasets"]
+    ]
 
 
 def decode_examples(metrics_path, model_path):
