@@ -14,7 +14,7 @@ from fed.algorithms.dafl import pls_counts, pls_probabilities, sampled_counts
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
-from fed.dpgan import PSGSettings, epsilon_after, steps_within_budget, train_psg
+from fed.dpgan import PSGSettings, epsilon_after, sample_rate, steps_within_budget, train_psg
 from fed.engine import Engine
 from fed.models.cgan import Generator
 from fed.runner import run_cell, run_stage
@@ -61,13 +61,55 @@ def test_training_stops_before_the_step_that_would_exceed_epsilon0():
     result = train_psg(x, y, 3, settings, seed=0)
     q, steps = result.sample_rate, result.steps
     assert result.stopped_by_budget and 0 < steps < result.scheduled_steps
-    assert result.epsilon <= 25.0 < opacus_epsilon(0.5, q, steps + 1, 1e-5)  # one more step would exceed ε0
+    assert result.epsilon < 25.0 <= opacus_epsilon(0.5, q, steps + 1, 1e-5)  # line 20: ε_t ≥ ε0 is revoked
     assert result.epsilon == pytest.approx(opacus_epsilon(0.5, q, steps, 1e-5), abs=1e-6)
     assert steps == steps_within_budget(25.0, q, 0.5, 1e-5, 10_000)
 
 
+ONE_STEP = {  # ε of one σ = 0.5 step at δ = 1e-5 (opacus 1.6.0, dp-accounting 0.6.0)
+    256 / 6000: {"rdp": 6.118415464723645, "prv": 5.283350026167895, "gdp": 1.183243937336833, "pld": 5.2727},
+    1 / 24: {"rdp": 6.085733055817429, "prv": 5.246795625772069, "gdp": 1.1527415969253882, "pld": 5.2362},
+}
+
+
+@pytest.mark.parametrize("q", sorted(ONE_STEP))
+def test_one_sigma_half_step_costs_more_than_5_under_every_valid_accountant(q):
+    """Table 4's ε0 = 1 and 5 at σ = 0.5: no step fits under Opacus' RDP and PRV accountants nor under the tight
+    PLD ε (dp-accounting); only Opacus' GDP accountant (a CLT approximation, "can underestimate") prices one step
+    at ε ≈ 1.2, and would let ε0 = 5 take 12-13 steps."""
+    from dp_accounting import dp_event, pld
+    from opacus.accountants import GaussianAccountant, PRVAccountant
+
+    def opacus(accountant, steps=1):
+        a = accountant()
+        a.history = [(0.5, q, steps)]
+        return a.get_epsilon(1e-5)
+
+    pld_accountant = pld.PLDAccountant(value_discretization_interval=1e-4)
+    pld_accountant.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(0.5)))
+    expected = ONE_STEP[q]
+    assert opacus(RDPAccountant) == pytest.approx(expected["rdp"], abs=1e-9)
+    assert opacus(PRVAccountant) == pytest.approx(expected["prv"], abs=1e-3)
+    assert opacus(GaussianAccountant) == pytest.approx(expected["gdp"], abs=1e-9)
+    assert pld_accountant.get_epsilon(1e-5) == pytest.approx(expected["pld"], abs=1e-3)
+    assert min(expected["rdp"], expected["prv"], expected["pld"]) > 5 and 1 < expected["gdp"] < 5
+    assert steps_within_budget(5.0, q, 0.5, 1e-5, 1000) == steps_within_budget(1.0, q, 0.5, 1e-5, 1000) == 0
+    assert opacus(GaussianAccountant, 12) < 5 < opacus(GaussianAccountant, 14)
+
+
+def test_sampling_rate_is_b_over_n_or_opacus_loader_convention():
+    assert sample_rate(6000, 256) == (256 / 6000, 256, 6000 / 256)  # Algorithm 2's A(δ0, B, t, σ, |D|)
+    assert sample_rate(6000, 256, "loader") == (1 / 24, 250, 24)  # make_private: 1/len(loader), ⌊6000/24⌋
+    assert sample_rate(300, 256)[:2] == (256 / 300, 256) and sample_rate(300, 256, "loader")[:2] == (1 / 2, 150)
+    assert sample_rate(100, 256) == (1.0, 100, 1.0)  # B > |D|: every sample every step
+    x, y = tiny_client(70)
+    for sampling, q, scheduled in (("batch", 16 / 70, 9), ("loader", 1 / 5, 10)):  # 2 epochs: ⌈2 · 70/16⌉, 2 · ⌈70/16⌉
+        result = train_psg(x, y, 3, PSGSettings(**TINY_GAN, sampling=sampling), seed=0)
+        assert result.sample_rate == q and result.scheduled_steps == scheduled
+        assert result.epsilon == pytest.approx(opacus_epsilon(0.5, q, result.steps, 1e-5), abs=1e-9)
+
+
 def test_no_step_fits_a_budget_below_one_steps_cost_and_infinite_budget_adds_no_noise():
-    assert steps_within_budget(1.0, 1 / 24, 0.5, 1e-5, 1000) == 0  # σ = 0.5: one step already costs ε ≈ 6
     x, y = tiny_client()
     none = train_psg(x, y, 3, PSGSettings(**{**TINY_GAN, "epsilon": 1.0}), seed=0)
     assert none.steps == 0 and none.epsilon == 0.0 and none.stopped_by_budget
@@ -92,6 +134,28 @@ def test_pls_output_distribution_matches_the_closed_form():
         expected = pls_probabilities(n_k, 8, 4, epsilon / 2)
         observed = np.bincount(draws[:, k], minlength=5) / len(draws)
         assert observed == pytest.approx(expected, abs=0.012)  # 4 standard errors at 20 000 draws
+
+
+def test_pls_is_epsilon1_dp_on_every_neighbour():
+    """Theorem 2 with ε1 split over the L classes: replacing one sample (n_a − 1, n_b + 1; n and n̂ unchanged)
+    changes the probability of any output (n̂_1..n̂_L) by at most e^{ε1} (each class by at most e^{ε1/L})."""
+    counts, gamma, epsilon1 = np.array([5, 0, 12, 3]), 0.4, 2.0
+    n, n_hat, L = counts.sum(), math.floor(gamma * counts.sum()), len(counts)
+
+    def log_p(c):
+        return [np.log(pls_probabilities(int(n_k), n, n_hat, epsilon1 / L)) for n_k in c]
+
+    worst = 0.0
+    for a in range(L):
+        for b in range(L):
+            if a != b and counts[a] > 0:
+                neighbour = counts.copy()
+                neighbour[a] -= 1
+                neighbour[b] += 1
+                per_class = [np.abs(p - q).max() for p, q in zip(log_p(counts), log_p(neighbour))]
+                assert max(per_class) <= epsilon1 / L + 1e-12
+                worst = max(worst, sum(per_class))  # the largest log-ratio of a joint output
+    assert 0 < worst <= epsilon1 + 1e-12
 
 
 def test_label_sampling_without_privacy_draws_from_the_label_multiset():

@@ -2,12 +2,17 @@
 with DP-SGD on the discriminator, through Opacus.
 
 Per step t (Algorithm 2, lines 3-20):
-  - a Poisson-sampled batch of real (x_i, y_i) and as many fakes G(z_i, y_i);
+  - a Poisson-sampled batch of real (x_i, y_i), each sample in with probability q = B/|D| (the rate of the paper's
+    accountant A(δ0, B, t, σ, |D|); ``sampling: loader`` takes Opacus' make_private rate 1/⌈|D|/B⌉ instead), and as
+    many fakes x̃_i = G(z_i, y_i);
   - the discriminator's per-sample gradient of  ℓ_i = log D(x_i, y_i) + log(1 − D(G(z_i), y_i))  — real and fake of
     one index form one sample: Opacus accumulates the two forward passes' per-sample gradients before clipping —
-    clipped to norm c, summed, noised with N(0, σ²c²I), averaged (Opacus' DPOptimizer), an Adam step;
-  - the generator's step through the updated discriminator: post-processing, no privacy cost;
-  - the accountant's ε_t; the step that would take ε_t past ε0 is never taken (lines 19-20: stop and revoke).
+    clipped to norm c, summed, noised with N(0, σ²c²I), divided by the expected batch q|D| (= B) (Opacus'
+    DPOptimizer), an Adam step;
+  - the generator's step on the same x̃_i through the updated discriminator, minimising log(1 − D(x̃_i, y_i))
+    (line 14; ``generator_loss: non_saturating`` minimises −log D(x̃_i, y_i)): post-processing, no privacy cost;
+  - ε_t of Opacus' RDP accountant; the first step with ε_t ≥ ε0 is revoked and training stops (lines 19-20), so
+    the generator is the one after the last step with ε_t < ε0 (that step is simply never taken).
 
 ``PSGSettings.rounds`` is Table 2's "GAN 预定训练轮数 50": epochs over the local data (``schedule: epochs``,
 default) or iterations of Algorithm 2 (``schedule: iterations``) — docs/deviations.md. ε0 = inf trains without
@@ -18,7 +23,6 @@ from __future__ import annotations
 
 import math
 import time
-import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,7 +45,8 @@ class PSGSettings:
     delta: float = 1e-5
     noise_multiplier: float = 0.5  # σ
     max_grad_norm: float = 2.0  # c
-    batch_size: int = 256  # expected Poisson batch (sample rate = 1 / ⌈n / B⌉, Opacus' convention)
+    batch_size: int = 256  # B: the expected Poisson batch
+    sampling: str = "batch"  # Poisson rate q: "batch" B/|D| (the paper's A(δ0, B, t, σ, |D|)); "loader" 1/⌈|D|/B⌉
     rounds: int = 50
     schedule: str = "epochs"  # "epochs": rounds passes over the data; "iterations": rounds steps of Algorithm 2
     noise_dim: int = 10
@@ -49,9 +54,11 @@ class PSGSettings:
     beta1: float = 0.5
     beta2: float = 0.999
     width: int = 64  # channel unit of both networks (Fig. 3's widths are not in the text)
-    generator_loss: str = "non_saturating"  # Algorithm 2 line 14 writes log(1 − D(G(z))): "saturating"
+    generator_loss: str = "saturating"  # Algorithm 2 line 14: minimise log(1 − D(G(z))); "non_saturating": −log D(G(z))
 
     def __post_init__(self):
+        if self.sampling not in ("batch", "loader"):
+            raise ValueError(f"PSG sampling must be 'batch' or 'loader', got {self.sampling!r}")
         if self.schedule not in ("epochs", "iterations"):
             raise ValueError(f"PSG schedule must be 'epochs' or 'iterations', got {self.schedule!r}")
         if self.generator_loss not in ("saturating", "non_saturating"):
@@ -76,9 +83,15 @@ class PSGSettings:
         return math.isfinite(self.epsilon)
 
 
-def sample_rate(n: int, batch_size: int) -> float:
-    """Opacus' Poisson sampling rate for a loader of ⌈n / B⌉ batches."""
-    return 1 / math.ceil(n / batch_size)
+def sample_rate(n: int, batch_size: int, sampling: str = "batch") -> tuple[float, float, float]:
+    """(q, expected batch, steps per epoch) for |D| = n: "batch" q = B/n (at most 1), expected batch qn = B, n/B steps
+    an epoch; "loader" (what Opacus' make_private does with a DataLoader of ⌈n/B⌉ batches) q = 1/⌈n/B⌉, expected
+    batch ⌊qn⌋, ⌈n/B⌉ steps an epoch."""
+    if sampling == "batch":
+        b = min(batch_size, n)
+        return b / n, b, n / b
+    per_epoch = math.ceil(n / batch_size)
+    return 1 / per_epoch, int(n * (1 / per_epoch)), per_epoch  # Opacus' int(len(dataset) * sample_rate)
 
 
 def epsilon_after(steps: int, q: float, sigma: float, delta: float) -> float:
@@ -96,13 +109,13 @@ def epsilon_after(steps: int, q: float, sigma: float, delta: float) -> float:
 
 
 def steps_within_budget(epsilon0: float, q: float, sigma: float, delta: float, scheduled: int) -> int:
-    """The most steps (≤ ``scheduled``) whose ε stays ≤ ε0: Algorithm 2 stops before the step that would exceed it."""
+    """The most steps (≤ ``scheduled``) whose ε stays < ε0: Algorithm 2 revokes the first step with ε_t ≥ ε0."""
     if not math.isfinite(epsilon0):
         return scheduled
     lo, hi = 0, scheduled  # ε is increasing in steps: bisect for the last step within budget
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if epsilon_after(mid, q, sigma, delta) <= epsilon0:
+        if epsilon_after(mid, q, sigma, delta) < epsilon0:
             lo = mid
         else:
             hi = mid - 1
@@ -131,7 +144,7 @@ class PSGResult:
     steps: int  # discriminator steps taken
     scheduled_steps: int
     epsilon: float  # Opacus' accountant after the last step (inf without noise)
-    sample_rate: float
+    sample_rate: float  # q
     stopped_by_budget: bool
     seconds: float
 
@@ -143,74 +156,72 @@ def train_psg(
     x: torch.Tensor, y: torch.Tensor, num_classes: int, settings: PSGSettings, seed: int, progress=None
 ) -> PSGResult:
     """Algorithm 2 on one client's images ``x`` (in GAN space, (n, C, 32, 32)) and labels ``y``."""
-    from opacus import PrivacyEngine
+    from opacus import GradSampleModule
+    from opacus.accountants import RDPAccountant
+    from opacus.optimizers import DPOptimizer
+    from opacus.validators import ModuleValidator
 
     started = time.perf_counter()
     torch.manual_seed(seed)
     channels, n = x.shape[1], len(y)
     G = Generator(num_classes, channels, settings.noise_dim, settings.width)
     D = Discriminator(num_classes, channels, settings.width)
+    ModuleValidator.validate(D, strict=True)
     opt_g = torch.optim.Adam(G.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
     opt_d = torch.optim.Adam(D.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
-    loader = torch.utils.data.DataLoader(
-        torch.utils.data.TensorDataset(x, y),
-        batch_size=settings.batch_size,
-        generator=torch.Generator().manual_seed(seed + 1),  # Opacus' Poisson sampler draws from it
-    )
+    q, expected_batch, per_epoch = sample_rate(n, settings.batch_size, settings.sampling)
     sigma = settings.noise_multiplier if settings.private else 0.0
-    engine = PrivacyEngine(accountant="rdp")
-    with warnings.catch_warnings():  # "secure RNG turned off": fine for research, said in the docs
-        warnings.simplefilter("ignore")
-        D, opt_d, loader = engine.make_private(
-            module=D,
-            optimizer=opt_d,
-            data_loader=loader,
-            noise_multiplier=sigma,
-            max_grad_norm=settings.max_grad_norm,
-            poisson_sampling=True,
-            noise_generator=torch.Generator().manual_seed(seed + 2),
-        )
-    q = sample_rate(n, settings.batch_size)
-    per_epoch = math.ceil(n / settings.batch_size)
-    scheduled = settings.rounds * (per_epoch if settings.schedule == "epochs" else 1)
+    # what PrivacyEngine.make_private assembles, at the rate q (make_private fixes q = 1/len(loader)); the
+    # Poisson masks are drawn in the loop (line 4)
+    D = GradSampleModule(D)  # per-sample gradients, accumulated over the real and the fake forward pass
+    D.forbid_grad_accumulation()
+    opt_d = DPOptimizer(
+        opt_d,
+        noise_multiplier=sigma,
+        max_grad_norm=settings.max_grad_norm,
+        expected_batch_size=expected_batch,
+        generator=torch.Generator().manual_seed(seed + 2),
+    )
+    accountant = RDPAccountant()
+    opt_d.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=q))
+    scheduled = math.ceil(settings.rounds * (per_epoch if settings.schedule == "epochs" else 1))
     budget = steps_within_budget(settings.epsilon, q, settings.noise_multiplier, settings.delta, scheduled)
-    z_gen = torch.Generator().manual_seed(seed + 3)
+    masks, z_gen = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 3)
     real, fake = 1.0, 0.0
-    steps = 0
-    while steps < budget:
-        for xb, yb in loader:
-            if steps == budget:
-                break
-            z = torch.randn(len(yb), settings.noise_dim, generator=z_gen)
-            x_fake = G(z, yb)
-            # discriminator: one DP-SGD step on ℓ_i (real and fake of index i are one sample)
-            opt_d.zero_grad(set_to_none=True)
-            loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), torch.full((len(yb),), real)) + (
-                F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), torch.full((len(yb),), fake))
-            )
-            loss_d.backward()
+    for t in range(1, budget + 1):
+        idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1)  # line 4: Poisson, each sample w.p. q
+        opt_d.zero_grad(set_to_none=True)
+        if not len(idx):  # an empty Poisson batch is a step too: the noise alone
+            for p in D.parameters():
+                p.grad_sample = p.new_zeros((0, *p.shape))
             opt_d.step()
-            steps += 1
-            # generator: through the updated discriminator, without per-sample gradients (post-processing)
-            D.disable_hooks()
-            D.requires_grad_(False)
-            opt_g.zero_grad(set_to_none=True)
-            logits = D(x_fake, yb)
-            if settings.generator_loss == "saturating":
-                loss_g = -F.binary_cross_entropy_with_logits(logits, torch.full((len(yb),), fake))
-            else:
-                loss_g = F.binary_cross_entropy_with_logits(logits, torch.full((len(yb),), real))
-            loss_g.backward()
-            opt_g.step()
-            D.requires_grad_(True)
-            D.enable_hooks()
-            if progress is not None and (steps % 50 == 0 or steps == budget):
-                losses = f"loss_d {loss_d.item():.3f} loss_g {loss_g.item():.3f}"
-                print(f"  PSG step {steps}/{budget} {losses}", file=progress, flush=True)
-    if not steps:
-        epsilon = 0.0
-    else:
-        epsilon = engine.accountant.get_epsilon(settings.delta) if sigma > 0 else math.inf
+            continue
+        xb, yb = x[idx], y[idx]
+        x_fake = G(torch.randn(len(idx), settings.noise_dim, generator=z_gen), yb)  # lines 3, 6
+        # discriminator: one DP-SGD step on −ℓ_i (real and fake of index i are one sample), lines 7-12
+        loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), torch.full((len(yb),), real)) + (
+            F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), torch.full((len(yb),), fake))
+        )
+        loss_d.backward()
+        opt_d.step()
+        # generator: through the updated discriminator, without per-sample gradients (post-processing), lines 13-18
+        D.disable_hooks()
+        D.requires_grad_(False)
+        opt_g.zero_grad(set_to_none=True)
+        logits = D(x_fake, yb)
+        if settings.generator_loss == "saturating":  # log(1 − D) = −BCE(·, fake)
+            loss_g = -F.binary_cross_entropy_with_logits(logits, torch.full((len(yb),), fake))
+        else:
+            loss_g = F.binary_cross_entropy_with_logits(logits, torch.full((len(yb),), real))
+        loss_g.backward()
+        opt_g.step()
+        D.requires_grad_(True)
+        D.enable_hooks()
+        if progress is not None and (t % 50 == 0 or t == budget):
+            losses = f"loss_d {loss_d.item():.3f} loss_g {loss_g.item():.3f}"
+            print(f"  PSG step {t}/{budget} {losses}", file=progress, flush=True)
+    steps = sum(k for _, _, k in accountant.history)  # the steps the accountant saw (= budget)
+    epsilon = 0.0 if not steps else accountant.get_epsilon(settings.delta) if sigma > 0 else math.inf
     return PSGResult(
         {k: v.detach().clone() for k, v in G.state_dict().items()},
         steps,

@@ -4,7 +4,8 @@ Algorithm 1, per client C_i, before FL:
   m_i ← γ|D_i|; labels ŷ_1..ŷ_m from D_i's label multiset U_i (line 3), or privately by PLS (Algorithm 3);
   x̂_1..x̂_m ← PSG(m_i, ŷ, D_i) — the client's DP conditional GAN (Algorithm 2: the ``dp_cgan`` stage, fed.dpgan);
   upload D̂_i = {(x̂_k, ŷ_k)} to the server, which sends each client every other client's D̂_j (lines 7-10);
-  D_i ← D_i ∪ {D̂_j}_{j≠i} (line 13). Then plain FedAvg on the augmented data (Sec. 4: "采用基础的 FedAvg 算法").
+  D_i ← D_i ∪ {D̂_j}_{j≠i} (line 13). Then plain FedAvg on the augmented data (Sec. 4: "采用基础的 FedAvg 算法"):
+  E epochs of SGD on D_i ∪ {D̂_j}_{j≠i}, aggregated with weights |D_i ∪ {D̂_j}_{j≠i}| (``aggregation: weighted``).
 
 Only generator samples and their labels leave a client: the GAN stage's file holds generators, never data, and
 ``client_update`` reads the client's own samples plus the pool of synthetic ones.
