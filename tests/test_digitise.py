@@ -6,6 +6,7 @@ import hashlib
 import io
 
 import matplotlib
+import pandas as pd
 import pytest
 import yaml
 
@@ -68,14 +69,17 @@ def test_the_committed_paper_values_are_what_the_committed_figures_give(tmp_path
     committed = (digitise.SPECS.parent / "feddpms.csv").read_text()
     digitise.main(["feddpms", "--out", str(tmp_path / "feddpms.csv")])
     assert (tmp_path / "feddpms.csv").read_text() == committed
-    rows = {
-        (r["dataset"], r["partition"], r["method"]): float(r["value"]) for r in csv.DictReader(io.StringIO(committed))
-    }
+    read = list(csv.DictReader(io.StringIO(committed)))
+    rows = {(r["dataset"], r["partition"], r["method"]): float(r["value"]) for r in read if "β (" in r["table"]}
     # FMNIST at β = 0.1, as the bars show: FedDPMS ≈ 82 %, FedMix ≈ 81 %, FedAvg ≈ 79.5 %
     assert rows[("fmnist", "dir0.1", "feddpms")] == pytest.approx(82.1, abs=0.3)
     assert rows[("fmnist", "dir0.1", "fedmix")] == pytest.approx(81.2, abs=0.3)
     assert rows[("fmnist", "dir0.1", "fedavg")] == pytest.approx(79.5, abs=0.3)
-    assert len(rows) == 3 * 5 * 5
+    assert len(rows) == 3 * 5 * 5 and len(read) == 3 * 5 * 5 + 3 * 7  # the bars, and the curves' best values
+    # the per-round curves behind the curves' values are committed as read
+    for spec in sorted(digitise.SPECS.glob("feddpms_curves_*.yaml")):
+        points = pd.read_csv(spec.with_suffix(".points.csv"))
+        assert points.to_dict("records") == pd.DataFrame(digitise.read_points(spec)).to_dict("records")
 
 
 def test_calibration_by_hand():
@@ -93,3 +97,54 @@ def test_a_verdict_on_a_value_read_from_a_figure_allows_for_the_reading():
     assert (
         verdict(77.6, 0.0, 3, 0, 80.0, float("nan"), read_uncertainty=0.3) == "below paper (read from a figure, ±0.3)"
     )
+
+
+def test_the_reader_follows_the_lines_of_a_drawn_chart_past_a_legend_and_a_hidden_tick(tmp_path):
+    """Three rising curves (one dash-dotted, one crossing another) in matplotlib's default frame, a legend inside
+    the plot, and a vertical line over one x tick mark: each curve's best value is read to within its uncertainty."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    x = np.arange(1, 51)
+    truth = {
+        "A": 0.6 + 0.27 * (1 - np.exp(-x / 6)),
+        "B": 0.62 + 0.24 * (1 - np.exp(-x / 9)) + 0.004 * np.sin(x / 3),
+        "C": 0.58 + 0.26 * (1 - np.exp(-x / 4)),
+    }
+    colours = {"A": "#ffa500", "B": "#000000", "C": "#0000ff"}
+    fig, ax = plt.subplots(figsize=(6.4, 4.8), dpi=100)
+    for name, y in truth.items():
+        ax.plot(x, y, color=colours[name], linestyle="-." if name == "B" else "-", label=name)
+    ax.plot([20, 20], [0.5, 0.84], "--", color="#ec1c24", linewidth=2)  # a marker line over the x = 20 tick
+    ax.set_xlim(-1.45, 52.45)
+    ax.set_ylim(0.5, 0.9)
+    ax.set_xticks([0, 10, 20, 30, 40, 50])
+    ax.set_yticks([0.5, 0.6, 0.7, 0.8, 0.9])
+    ax.legend(loc="lower right")
+    fig.savefig(tmp_path / "lines.png")
+    plt.close(fig)
+    spec = {
+        "image": "lines.png",
+        "source": {"repository": "here", "path": "lines.png"},
+        "sha256": hashlib.sha256((tmp_path / "lines.png").read_bytes()).hexdigest(),
+        "kind": "lines",
+        "x_ticks": [0, 10, 20, 30, 40, 50],
+        "y_ticks": [0.5, 0.6, 0.7, 0.8, 0.9],
+        "x_values": [1, 50],
+        "series": [
+            {"name": "A", "colour": [255, 165, 0]},
+            {"name": "B", "colour": [0, 0, 0]},
+            {"name": "C", "colour": [0, 0, 255]},
+        ],  # fmt: skip
+        "scale": 100,
+        **{"paper": "p", "table": "t", "dataset": "d", "partition": "dir0.5", "metric": "global_acc"},
+        "methods": {"A": "a", "B": "b", "C": "c"},
+    }
+    (tmp_path / "spec.yaml").write_text(yaml.safe_dump(spec))
+    rows = digitise.read_spec(tmp_path / "spec.yaml")
+    for r in rows:
+        best = 100 * truth[r["method"].upper()].max()
+        assert r["value"] == pytest.approx(best, abs=r["read_uncertainty"] + 0.1), r
+    points = digitise.read_points(tmp_path / "spec.yaml")
+    late = [p for p in points if p["series"] == "B" and p["x"] >= 45]
+    assert late and all(abs(p["value"] - 100 * truth["B"][p["x"] - 1]) < 1.0 for p in late)  # not the legend's text

@@ -32,8 +32,8 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # four more eps0 and Fig. 6 two more gamma on MNIST (Table 4: 1-Label; Fig. 6: 1- and 2-Label); Figs. 4 and 7 read
     # table cells
     dafl = 13 * (2 * 3 + 2 * 2) * 3 + 4 * 3 + 2 * 2 * 3
-    # FedDPMS: 5 methods x 5 beta x 3 datasets x 3 seeds; the preliminary-rounds ablation adds P = 5 and 10 (FMNIST
-    # beta = 0.1, 3 seeds; P = 20 is the table's cell)
+    # FedDPMS: 5 methods x 5 beta x 3 datasets x 3 seeds; the preliminary-rounds ablation adds P = 15 and 25 (FMNIST
+    # beta = 0.5 as the authors ran it, 3 seeds; P = 20 and the baselines are the table's cells)
     feddpms = 5 * 5 * 3 * 3 + 2 * 3
     # FLea Table 1: 3 datasets x 2 scarcity blocks x 3 partitions x 11 methods x 5 seeds; Figs. 6 and 9 read its cells;
     # Fig. 2: 3 scarcity levels x 5 methods x 5 seeds (CIFAR-10 IID); Figs. 10-11: 12 FLea variants x 5 seeds (the
@@ -41,16 +41,16 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # Fig. 6 (right): FedMix at 3 and FLea at 3 smaller shares x 5 seeds (full shares, FedAvg: UrbanSound8K table cells)
     flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5 + 6 * 5
     assert counts["train"] == fedzda + dafl + feddpms + flea
-    # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 5, FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
+    # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 6 (with the per-round curves of the P ablation), FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
     # + 9(c) + 3 + 9(d) + 6 (right)
-    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 5 + 3 + 3 + 4 + 1 + 1 + 1 + 1 + 1
+    assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 6 + 3 + 3 + 4 + 1 + 1 + 1 + 1 + 1
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
     # Fig. 5's prefixes to 89 and 94 chained on it (FMNIST multimodal x 3 seeds), Fig. 3's three oracles, and
     # q-FFL's selection of q once per dataset x partition (on seed 0, for every seed); DA-FL's GANs once per
     # (dataset, partition, eps0, seed), shared by every gamma: Table 3's 10 (dataset, partition) and Table 4's four
     # other budgets, x 3 seeds
     # FedDPMS' Stage I once per (dataset, partition, seed, P), shared by every noise level: 3 datasets x 5 beta x 3
-    # seeds at P = 20, and P = 5, 10 on FMNIST beta = 0.1
+    # seeds at P = 20, and P = 15, 25 on FMNIST beta = 0.5
     feddpms_stages = 3 * 5 * 3 + 2 * 3
     # FLea: FedProx's mu and FedLC's tau chosen on held-out client data per (block, dataset, partition), on seed 0
     flea_stages = 2 * 3 * 2 * 3
