@@ -41,7 +41,8 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # Fig. 6 (right): FedMix at 3 and FLea at 3 smaller shares x 5 seeds (full shares, FedAvg: UrbanSound8K table cells)
     flea = 3 * 2 * 3 * 11 * 5 + 3 * 5 * 5 + 12 * 5 + 5 + 6 * 5
     assert counts["train"] == fedzda + dafl + feddpms + flea
-    # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 6 (with the per-round curves of the P ablation), FLea 3 + Fig. 2 (3 panels) + Figs. 10, 11 (left), 11 (right: 2) + 7-8
+    # figures: Fed-ZDA 3, DA-FL 4, FedDPMS 6 (with the P ablation's per-round curves), FLea 3 + Fig. 2 (3 panels)
+    # + Figs. 10, 11 (left), 11 (right: 2) + 7-8
     # + 9(c) + 3 + 9(d) + 6 (right)
     assert counts["table"] == 2 + 4 + 4 + 6 and counts["figure"] == 3 + 4 + 6 + 3 + 3 + 4 + 1 + 1 + 1 + 1 + 1
     # The FedAvg prefix to round 79 (where the tables' Fed-ZDA cells start) once per dataset x partition x seed,
