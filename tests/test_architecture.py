@@ -15,8 +15,19 @@ from conftest import REPO
 PKG = REPO / "src" / "fed"
 
 
+def cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return ""
+
+
 def test_fedzda_smoke_cells_identical_to_before_the_refactor(tmp_path, monkeypatch):
-    """tests/data/golden_fedzda_smoke.json was written by tests/data/make_golden.py on the pre-refactor engine."""
+    """tests/data/golden_fedzda_smoke.json was written by tests/data/make_golden.py on the pre-refactor engine, on a
+    2-core AMD EPYC CPU: there every value agrees to 1e-6. float32 kernels round differently on other CPUs (an Intel
+    Xeon's: centralized's loss moves by 5.4e-5 relative after two rounds of its 600-sample batches, the others by
+    ≤ 4.5e-6), so elsewhere the check is to 1e-4 — still far below what a changed update moves."""
+    rel = 1e-6 if "AMD EPYC" in cpu_model() else 1e-4
     golden = json.loads((REPO / "tests/data/golden_fedzda_smoke.json").read_text())
     monkeypatch.setattr(sys, "argv", ["make_golden.py", str(tmp_path / "now.json")])
     threads = torch.get_num_threads()
@@ -29,7 +40,7 @@ def test_fedzda_smoke_cells_identical_to_before_the_refactor(tmp_path, monkeypat
     for method, record in golden.items():
         for old, new in zip(record["history"], now[method]["history"], strict=True):
             for key, value in old.items():
-                assert new[key] == pytest.approx(value, rel=1e-6, abs=1e-9), (method, old["round"], key)
+                assert new[key] == pytest.approx(value, rel=rel, abs=1e-9), (method, old["round"], key)
 
 
 def runtime_imports(path: Path) -> set[str]:
