@@ -3,6 +3,8 @@
 (QinbinLi/MOON ``train_net_fedcon``, the FedMix paper's and Flower's NaiveMix/FedMix losses, Lee-Gihun/FedNTD
 ``NTD_Loss``, FL-bench's ``FedLCClient``) inside the same local SGD loop and the n_k-weighted mean."""
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -11,6 +13,8 @@ from torch import nn
 from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
 
 from fed.algorithms import build_algorithm
+from fed.algorithms.fedmix import naivemix_loss as naivemix_loss_of_fed
+from fed.sharing import share_subset
 
 ROUNDS = 3
 
@@ -111,12 +115,16 @@ def test_moon_is_train_net_fedcon_with_a_previous_model_per_client(monkeypatch):
 # ------------------------------------------------------------------------------------------------ FedMix, NaiveMix
 
 
-def shared_means(ctx, size):
+def shared_means(ctx, size, fraction=1.0):
     """Every client's averaged data: its samples in the order of its "share" stream, in groups of ``size``, each
-    group's mean input and mean one-hot label; with the client that shared each mean."""
+    group's mean input and mean one-hot label; with the client that shared each mean. ``fraction`` < 1: only the
+    first ceil(fraction·n) (at least one) samples in the order of the client's "share_subset" stream."""
     xs, ys, owner = [], [], []
     for k in range(ctx.num_clients):
         X, Y = ctx.client_data(k)
+        if fraction < 1:
+            keep = torch.randperm(len(Y), generator=ctx.rng("share_subset", k))[: max(1, math.ceil(fraction * len(Y)))]
+            X, Y = X[keep], Y[keep]
         order = torch.randperm(len(Y), generator=ctx.rng("share", k))
         for group in order.split(size):
             xs.append(X[group].mean(0))
@@ -125,11 +133,11 @@ def shared_means(ctx, size):
     return torch.stack(xs), torch.stack(ys), torch.tensor(owner)
 
 
-def mix_rounds(ctx, x0, sampled, size, mixed_loss):
+def mix_rounds(ctx, x0, sampled, size, mixed_loss, fraction=1.0):
     """The rounds of a mean-sharing method: in each batch every local sample is paired with a mean (x̄, ȳ) shared
     by another client, drawn uniformly from the client's "mix" stream of the round; ``mixed_loss(net, x, y, x̄, ȳ,
     gen)`` is the batch's loss."""
-    x_bar, y_bar, owner = shared_means(ctx, size)
+    x_bar, y_bar, owner = shared_means(ctx, size, fraction)
     streams = {}
 
     def prepare(r, k, x):
@@ -185,8 +193,9 @@ def naivemix_loss(lam, lam_beta=None):
         ("fedmix", {"lam": 0.3}, fedmix_paper_loss(0.3)),
         ("naivemix", {"lam": 0.3}, naivemix_loss(0.3)),
         ("naivemix", {"lam_beta": 2.0}, naivemix_loss(None, lam_beta=2.0)),
+        ("naivemix", {"lam": 0.3, "share_fraction": 0.5}, naivemix_loss(0.3)),
     ],
-    ids=["fedmix", "naivemix", "naivemix_beta"],
+    ids=["fedmix", "naivemix", "naivemix_beta", "naivemix_half_shared"],
 )
 def test_fedmix_and_naivemix_are_the_papers_losses_on_other_clients_means(monkeypatch, method, params_, reference):
     size = 3
@@ -195,11 +204,48 @@ def test_fedmix_and_naivemix_are_the_papers_losses_on_other_clients_means(monkey
         x0 = params(ctx.model)
         algorithm = build_algorithm(method, mean_batch=size, **params_)
         sampled = run_rounds(ctx, algorithm, ROUNDS)
-        x = mix_rounds(ctx, x0, sampled, size, reference)
+        fraction = params_.get("share_fraction", 1.0)
+        x = mix_rounds(ctx, x0, sampled, size, reference, fraction)
         assert_close(params(ctx.model), x, "global model")
-        x_bar, y_bar, owner = shared_means(ctx, size)
+        x_bar, y_bar, owner = shared_means(ctx, size, fraction)
     assert_close([algorithm.x_bar, algorithm.y_bar], [x_bar, y_bar], "shared means")
     assert ctx.ledger == {"mean_batches": len(owner)}
+
+
+def test_mean_sharing_rejects_a_share_fraction_outside_0_1_and_naivemix_a_non_positive_beta():
+    for bad in (0.0, 1.5):
+        with pytest.raises(ValueError, match=rf"fedmix: share_fraction must be in \(0, 1\], got {bad}"):
+            build_algorithm("fedmix", share_fraction=bad)
+    assert build_algorithm("naivemix", lam_beta=0.5).lam_beta == 0.5  # Beta(a, a) for any a > 0 (U-shaped below 1)
+    with pytest.raises(ValueError, match="naivemix: lam_beta must be > 0, got 0.0"):
+        build_algorithm("naivemix", lam_beta=0.0)
+
+
+def test_share_subset_keeps_ceil_fraction_n_samples_at_least_one():
+    g = torch.Generator().manual_seed(0)
+    for n, fraction, k in [(10, 0.05, 1), (10, 0.25, 3), (7, 0.5, 4), (7, 1.0, 7)]:
+        idx = share_subset(n, fraction, g)
+        assert len(idx) == k and len(set(idx.tolist())) == k and all(0 <= i < n for i in idx.tolist())
+
+
+def test_naivemix_moves_a_per_sample_lambda_to_the_input_s_dtype_and_device():
+    """NaiveMix draws λ_i ~ Beta(a, a) with numpy (a float64 CPU tensor); the mix is computed in the input's dtype
+    (float32 here: ℓ((1 − λ_i)x_i + λ_i x̄_i, (1 − λ_i)y_i + λ_i ȳ_i), mean over the batch) and on its device
+    (``meta`` stands in for a GPU)."""
+    with torch.random.fork_rng():
+        torch.manual_seed(0)
+        net = wiring_mlp(4, 3, 1)  # float32
+        x, x_bar = torch.randn(5, 4, 1, 1), torch.randn(5, 4, 1, 1)
+        y, y_bar = torch.tensor([0, 2, 1, 1, 0]), torch.softmax(torch.randn(5, 3), 1)
+    lam = torch.tensor([0.1, 0.5, 0.9, 0.3, 0.7], dtype=torch.float64)
+    loss = naivemix_loss_of_fed(net, x, y, x_bar, y_bar, lam, 3)
+    lam32 = lam.float()
+    out = net((1 - lam32.view(-1, 1, 1, 1)) * x + lam32.view(-1, 1, 1, 1) * x_bar)
+    target = (1 - lam32[:, None]) * torch.eye(3)[y] + lam32[:, None] * y_bar
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, -(target * F.log_softmax(out, 1)).sum(1).mean())
+    meta = [t.to("meta") for t in (x, y, x_bar, y_bar)]
+    assert naivemix_loss_of_fed(net.to("meta"), *meta[:2], *meta[2:], lam, 3).device.type == "meta"
 
 
 # -------------------------------------------------------------------------------------------------------- FedNTD
@@ -256,6 +302,7 @@ def test_fedlc_calibrates_by_the_client_s_own_label_counts(monkeypatch):
     tau = 0.6
     with float64():
         ctx = tiny_context(monkeypatch)
+        ctx.train_idx[3] = ctx.train_idx[3][ctx.client_data(3)[1] != 2]  # client 3 lacks the last class
         x0 = params(ctx.model)
         sampled = run_rounds(ctx, build_algorithm("fedlc", tau=tau), ROUNDS)
         counts = {}
@@ -264,4 +311,5 @@ def test_fedlc_calibrates_by_the_client_s_own_label_counts(monkeypatch):
             counts[k] = torch.tensor([float(labels.count(c)) if c in labels else 1e-8 for c in range(3)])
         x = fedavg_rounds(ctx, x0, sampled, fedlc_reference(counts, tau))
     assert any((c == 1e-8).any() for c in counts.values())  # a client lacks a class
+    assert counts[3][2] == 1e-8 and all(3 in s for s in sampled)  # ... the last one, in every round
     assert_close(params(ctx.model), x, "global model")

@@ -8,6 +8,7 @@ import torch.nn.functional as F
 from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
 
 from fed.algorithms import build_algorithm
+from fed.algorithms.qffl import qffl_update
 
 ROUNDS = 3
 
@@ -52,7 +53,7 @@ def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0):
     return x, c, c_local
 
 
-@pytest.mark.parametrize("global_lr", [1.0, 0.7])
+@pytest.mark.parametrize("global_lr", [1.0, 0.7, 2.0])
 def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
     with float64():
         ctx = tiny_context(monkeypatch)
@@ -68,6 +69,11 @@ def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
     resumed = build_algorithm("scaffold")
     resumed.load_state_dict(scaffold.state_dict())  # c survives a checkpoint
     assert_close(resumed.c, c, "c after a checkpoint")
+
+
+def test_scaffold_rejects_an_unknown_correction():
+    with pytest.raises(ValueError, match="correction after_step\\|in_loss, got 'in_grad'"):
+        build_algorithm("scaffold", correction="in_grad")
 
 
 def load(net, state):
@@ -157,11 +163,13 @@ def test_fedprox_is_the_proximal_step_with_momentum(monkeypatch):
     assert_close(params(ctx.model), x, "global model")
 
 
-def fair_flearn_qffedavg(ctx, x0, sampled, lr, momentum, q):
+def fair_flearn_qffedavg(ctx, x0, sampled, lr, momentum, q, L=None):
     """fair_flearn ``qffedavg.py``: per sampled client, F_k = its training loss at the global model (before
-    training, + 1e-10); after local training ∆w = (w − w_k)/lr, Δ_k = F_k^q ∆w,
-    h_k = q F_k^(q−1) ‖∆w‖² + F_k^q / lr; ``aggregate2``: w ← w − Σ_k Δ_k / Σ_k h_k. Local training is the run's SGD
-    (momentum ρ; fair_flearn's is plain gradient descent)."""
+    training, + 1e-10); after local training ∆w = L(w − w_k) with L = 1/lr, Δ_k = F_k^q ∆w,
+    h_k = q F_k^(q−1) ‖∆w‖² + L F_k^q; ``aggregate2``: w ← w − Σ_k Δ_k / Σ_k h_k. Local training is the run's SGD
+    (momentum ρ; fair_flearn's is plain gradient descent). ``L`` given: the paper's Lipschitz estimate instead of
+    fair_flearn's 1/lr."""
+    L = 1 / lr if L is None else L
     x = [t.clone() for t in x0]
     for r, selected in enumerate(sampled, start=1):
         deltas, hs = [], []
@@ -175,21 +183,59 @@ def fair_flearn_qffedavg(ctx, x0, sampled, lr, momentum, q):
                 opt.zero_grad()
                 F.cross_entropy(net(X[b]), Y[b]).backward()
                 opt.step()
-            grads = [(u - v) / lr for u, v in zip(x, params(net))]
+            grads = [L * (u - v) for u, v in zip(x, params(net))]
             f = loss + 1e-10
             deltas.append([f**q * g for g in grads])
-            hs.append(q * f ** (q - 1) * sum(float(g.pow(2).sum()) for g in grads) + (1 / lr) * f**q)
+            hs.append(q * f ** (q - 1) * sum(float(g.pow(2).sum()) for g in grads) + L * f**q)
         x = [xg - sum(d[j] for d in deltas) / sum(hs) for j, xg in enumerate(x)]
     return x
 
 
-@pytest.mark.parametrize("q", [0.7, 2.0])
-def test_qffl_is_fair_flearn_s_qffedavg(monkeypatch, q):
+# q = 0: the simple mean of the client models (FedAvg); L = 0.8: the paper's Lipschitz estimate, here below 1/lr = 10
+@pytest.mark.parametrize("q, L", [(0.7, None), (2.0, None), (0.0, None), (1.5, 0.8)])
+def test_qffl_is_fair_flearn_s_qffedavg(monkeypatch, q, L):
     with float64():
         ctx = tiny_context(monkeypatch)
         x0 = params(ctx.model)
-        qffl = build_algorithm("qffl", q=q)
+        qffl = build_algorithm("qffl", q=q, lipschitz=L)
         sampled = run_rounds(ctx, qffl, ROUNDS)
-        x = fair_flearn_qffedavg(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, q)
+        x = fair_flearn_qffedavg(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, q, L)
     assert_close(params(ctx.model), x, "global model")
     assert qffl.state_dict() == {} and all(ctx.clients.load(k, ROUNDS + 1) == {} for k in range(5))
+
+
+def test_qffl_rejects_a_negative_q_and_a_non_positive_lipschitz_estimate():
+    with pytest.raises(ValueError, match="q must be >= 0, got -0.1"):
+        build_algorithm("qffl", q=-0.1)
+    for bad in (0.0, -1.0):
+        with pytest.raises(ValueError, match=f"lipschitz must be > 0, got {bad}"):
+            build_algorithm("qffl", lipschitz=bad)
+
+
+def test_qffl_gives_a_client_with_zero_loss_fair_flearn_s_weight_1e_10():
+    """F_k = 0 + 1e-10 (fair_flearn: ``loss + 1e-10``), q = 1, L = 1, one client at w_k = w − (1, 2):
+    Δ = (1, 2), h = ‖Δ‖² + F = 5 + 1e-10, w ← w − F Δ / h (a tiny step towards the client)."""
+    w = {"w": torch.tensor([0.5, -1.0], dtype=torch.float64)}
+    client = {"w": torch.tensor([-0.5, -3.0], dtype=torch.float64)}
+    out = qffl_update(w, [client], [0.0], q=1.0, L=1.0, keys={"w"})
+    f = 1e-10
+    expected = torch.tensor([0.5 - f * 1 / (5 + f), -1.0 - f * 2 / (5 + f)], dtype=torch.float64)
+    assert out["w"][0] < 0.5 and out["w"][1] < -1.0  # towards the client
+    assert_close(out["w"], expected, "step", rtol=1e-14, atol=0.0)
+
+
+def test_qffl_accumulates_the_server_step_of_float32_models_in_float64():
+    """Σ_k F_k^q Δ_k and Σ_k h_k in float64, one rounding to the model's float32 at the end."""
+    g = torch.Generator().manual_seed(0)
+    w = {"w": torch.zeros(400)}  # float32; at 0 the step is the whole result, so its rounding shows
+    clients = [{"w": torch.randn(400, generator=g)} for _ in range(3)]
+    losses, q, L = [0.3, 1.7, 0.9], 2.0, 10.0
+    numer, h = torch.zeros(400, dtype=torch.float64), 0.0
+    for c, loss in zip(clients, losses):
+        f = loss + 1e-10
+        delta = L * (w["w"].double() - c["w"].double())
+        numer += f**q * delta
+        h += q * f ** (q - 1) * float(delta.pow(2).sum()) + L * f**q
+    out = qffl_update(w, clients, losses, q, L, {"w"})["w"]
+    assert out.dtype == torch.float32
+    assert torch.equal(out, (w["w"].double() - numer / h).float())
