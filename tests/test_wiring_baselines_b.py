@@ -15,6 +15,7 @@
 import copy
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -23,6 +24,9 @@ from torch import nn
 from wiring import CFG, assert_close, batches, float64, run_rounds, tiny_context, tiny_data, wiring_mlp
 
 from fed.algorithms import build_algorithm
+from fed.algorithms.ccvr import CCVR, class_statistics, combine_statistics
+from fed.algorithms.fedbr import FedBR
+from fed.algorithms.feddata import FedData
 from fed.context import Context
 from fed.models import MODELS
 from fed.models.base import SequentialSplit
@@ -157,16 +161,19 @@ def test_centralized_is_sgd_on_the_pooled_data(monkeypatch):
 
 
 # ------------------------------------------------------------------ FedData
-@pytest.mark.parametrize("own_share", [True, False])
+@pytest.mark.parametrize("own_share", [True, False, None])
 def test_feddata_clients_train_on_their_data_and_the_gathered_share(monkeypatch, own_share):
     """FLea App. C: "the server waits until all the clients have shared 10% of their local data in the beginning
     round. The gathered data will be sent to clients to mix with local data"; a client's share is a random
-    ⌈α·n_k⌉-subset of its samples (without replacement)."""
+    ⌈α·n_k⌉-subset of its samples (without replacement). ``own_share`` None: not given, the default (all the
+    gathered data, the client's own share included)."""
     alpha = 0.3
     with float64():
         ctx = tiny_context(monkeypatch)
         state = state_of(ctx.model)
-        feddata = build_algorithm("feddata", **{"share_fraction": alpha, "own_share": own_share})
+        given = {} if own_share is None else {"own_share": own_share}
+        feddata = build_algorithm("feddata", share_fraction=alpha, **given)
+        own_share = own_share is not False
         sampled = run_rounds(ctx, feddata, ROUNDS)
         shares = []
         for k in range(ctx.num_clients):
@@ -208,15 +215,17 @@ class FedBRNet(nn.Module):
         }
 
 
-@pytest.mark.parametrize("mixture", [False, True])
+@pytest.mark.parametrize("mixture", [False, True, None])
 def test_fedbr_is_the_authors_min_max_update(monkeypatch, mixture):
+    """``mixture`` None: not given, the default (the paper's pseudo-data with uniform targets, no Mixture)."""
     lam_cls, lam_con, tau, M, B_p, width = 0.7, 0.3, 0.4, 3, 5, 6
     with float64():
         fedbr = build_algorithm(
             "fedbr",
             **{"lam_cls": lam_cls, "lam_con": lam_con, "tau": tau, "mean_batch": M, "pseudo_batch": B_p,
-             "projection_dim": width, "mixture": mixture},
+             "projection_dim": width, **({} if mixture is None else {"mixture": mixture})},
         )  # fmt: skip
+        mixture = bool(mixture)
         ctx = tiny_context(monkeypatch, extra_modules=fedbr.extra_modules)
         state = state_of(ctx.model)
         sampled = run_rounds(ctx, fedbr, ROUNDS)
@@ -280,18 +289,24 @@ def test_fedbr_is_the_authors_min_max_update(monkeypatch, mixture):
 
 
 # ------------------------------------------------------------------ CCVR
-@pytest.mark.parametrize("source", ["gaussian", "features"])
-def test_ccvr_calibrates_the_classifier_on_virtual_features(monkeypatch, source):
-    M, epochs, lr, f = 7, 2, 0.3, 0.4
-    calibrate = 2
+@pytest.mark.parametrize(
+    "source,calibrate,f", [("gaussian", 2, 0.4), ("features", 2, 0.4), ("features", 2, 0.1), (None, None, 0.4)]
+)
+def test_ccvr_calibrates_the_classifier_on_virtual_features(monkeypatch, source, calibrate, f):
+    """``source``/``calibrate`` None: not given, the defaults (the paper: Gaussians, after the last round). With
+    f = 0.1 every client (6–9 samples) shares the representation of one sample."""
+    M, epochs, lr = 7, 2, 0.3
     with float64():
         ctx = tiny_context(monkeypatch)
         state = state_of(ctx.model)
+        given = {"calibrate_round": calibrate, "source": source}
         ccvr = build_algorithm(
             "ccvr",
-            **{"virtual_per_class": M, "epochs": epochs, "lr": lr, "calibrate_round": calibrate, "source": source,
-             "feature_fraction": f},
+            **{"virtual_per_class": M, "epochs": epochs, "lr": lr, "feature_fraction": f,
+               **{k: v for k, v in given.items() if v is not None}},
         )  # fmt: skip
+        source, calibrate = source or "gaussian", calibrate or ctx.cfg.rounds
+        assert calibrate <= ROUNDS == ctx.cfg.rounds
         sampled = run_rounds(ctx, ccvr, calibrate)
         after_calibration = state_of(ctx.model)
         sampled += run_rounds(ctx, ccvr, ROUNDS - calibrate)  # CCVR's setup does nothing: this continues the run
@@ -334,6 +349,68 @@ def test_ccvr_calibrates_the_classifier_on_virtual_features(monkeypatch, source)
             state = calibrated
     check_sampling(ctx, sampled)
     assert_state(state_of(ctx.model), state, "global model")
+
+
+def test_ccvr_gaussians_of_one_and_two_samples_by_hand():
+    """Luo et al.'s pooled class Gaussian where a class has one or two samples (in float32 runs too): one sample
+    a gives N(a, 0), so every virtual feature is a; two samples a, b (one per client) give
+    N((a + b)/2, (a − b)(a − b)ᵀ/2), so every virtual feature lies on the line through a and b."""
+    a, b = torch.tensor([[1.0, 2.0, 0.0]]), torch.tensor([[3.0, -2.0, 1.0]])
+    one = class_statistics(a, torch.tensor([2]), 3)[2]
+    assert one[0] == 1 and one[2].dtype == torch.float64  # the statistics are float64 whatever the model's dtype
+    assert_close(one[1], a[0].double())
+    assert_close(one[2], torch.zeros(3, 3, dtype=torch.float64))
+    n, mean, cov = combine_statistics([one])
+    assert n == 1 and cov.dtype == torch.float64
+    assert_close(mean, a[0].double())
+    assert_close(cov, torch.zeros(3, 3, dtype=torch.float64))
+    n, mean, cov = combine_statistics([one, class_statistics(b, torch.tensor([2]), 3)[2]])
+    expected = torch.tensor([[2.0, -4.0, 1.0], [-4.0, 8.0, -2.0], [1.0, -2.0, 0.5]], dtype=torch.float64)
+    assert n == 2 and cov.dtype == torch.float64
+    assert_close(mean, torch.tensor([2.0, 0.0, 0.5], dtype=torch.float64))
+    assert_close(cov, expected)
+
+    # the same through CCVR.virtual on a float32 model: class 2 once, class 1 once per client, class 0 three times
+    torch.manual_seed(0)
+    model = wiring_mlp(4, 3, 1).eval()
+    x = torch.randn(6, 4, 1, 1)
+    data = [(x[:3], torch.tensor([0, 1, 2])), (x[3:], torch.tensor([0, 0, 1]))]
+    ctx = SimpleNamespace(
+        num_clients=2, num_classes=3, round=1, client_data=lambda k: data[k], share=lambda name, n: None,
+        rng=lambda *key: torch.Generator().manual_seed(5),
+    )  # fmt: skip
+    with torch.no_grad():
+        z, y = CCVR(virtual_per_class=6).virtual(ctx, model)
+        h = model.embed(x).double()
+    assert z.dtype == torch.float32 and y.tolist() == [0] * 6 + [1] * 6 + [2] * 6
+    assert_close(z[y == 2].double(), h[2].expand(6, -1), rtol=1e-6, atol=1e-6)
+    d, mu = h[1] - h[5], (h[1] + h[5]) / 2
+    t = (z[y == 1].double() - mu) @ d / (d @ d)
+    assert_close(z[y == 1].double(), mu + t[:, None] * d, rtol=1e-6, atol=1e-6)
+    assert t.abs().min() > 1e-3  # spread along a − b, not collapsed on the mean
+
+
+def test_ccvr_and_feddata_validate_their_options():
+    for bad in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=r"CCVR: feature_fraction must be in \(0, 1\], got"):
+            CCVR(feature_fraction=bad)
+        with pytest.raises(ValueError, match=r"FedData: share_fraction must be in \(0, 1\], got"):
+            FedData(share_fraction=bad)
+    with pytest.raises(ValueError, match="CCVR: source must be 'gaussian' \\(the paper\\) or 'features'"):
+        CCVR(source="GAUSSIAN")
+    # 1 is allowed (everything shared); the defaults are valid: the paper's Gaussians, FLea's 10 % of raw samples
+    assert CCVR(feature_fraction=1.0).feature_fraction == 1.0 and FedData(share_fraction=1.0).share_fraction == 1.0
+    assert CCVR().source == "gaussian" and FedData().share_fraction == 0.1
+
+
+def test_fedbr_projection_reads_the_penultimate_representation():
+    """P maps ``embed`` (the input of the last linear layer), not the cut's ``features``: here 6-d vs 5-d."""
+    head = nn.Sequential(nn.Linear(5, 6), nn.ReLU(), nn.Linear(6, 3))
+    model = SequentialSplit(nn.Sequential(nn.Flatten(), nn.Linear(4, 5), nn.Tanh()), head)
+    projection = FedBR(projection_dim=7).extra_modules(model, (4, 1, 1))["projection"]
+    x = torch.randn(2, 4, 1, 1)
+    assert model.features(x).shape[1] == 5 and model.embed(x).shape[1] == 6
+    assert projection(model.embed(x)).shape == (2, 7)
 
 
 # ------------------------------------------------------------------ Fed-ZDA
