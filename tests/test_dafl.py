@@ -14,7 +14,7 @@ from fed.algorithms.dafl import pls_counts, pls_probabilities, sampled_counts
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
-from fed.dpgan import PSGSettings, epsilon_after, sample_rate, steps_within_budget, train_psg
+from fed.dpgan import PSGSettings, epsilon_after, sample_rate, steps_within_budget, to_gan_space, train_psg
 from fed.engine import Engine
 from fed.models.cgan import Generator
 from fed.runner import run_cell, run_stage
@@ -109,6 +109,49 @@ def test_sampling_rate_is_b_over_n_or_opacus_loader_convention():
         assert result.epsilon == pytest.approx(opacus_epsilon(0.5, q, result.steps, 1e-5), abs=1e-9)
 
 
+def test_psg_settings_validate_their_options_and_parse_epsilon():
+    for bad, match in (
+        ({"sampling": "poisson"}, "PSG sampling must be 'batch' or 'loader', got 'poisson'"),
+        ({"schedule": "steps"}, "PSG schedule must be 'epochs' or 'iterations', got 'steps'"),
+        ({"generator_loss": "wgan"}, "PSG generator_loss must be 'saturating' or 'non_saturating', got 'wgan'"),
+        ({"epsilon": 0.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(0.0, 1e-05\)"),
+        ({"delta": 0.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(50.0, 0.0\)"),
+        ({"delta": 1.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(50.0, 1.0\)"),
+        ({"delta": 1.5}, r"PSG needs epsilon > 0 and 0 < delta < 1"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            PSGSettings(**bad)
+    with pytest.raises(TypeError, match=r"unknown PSG \(GAN\) options \['sigma'\]; valid: \['batch_size', 'beta1', "):
+        PSGSettings.from_params({"sigma": 1.0})
+    assert PSGSettings.from_params({"epsilon": "inf"}).epsilon == math.inf  # YAML's "inf"
+    assert type(PSGSettings.from_params({"epsilon": 50}).epsilon) is float
+    assert PSGSettings.from_params(None) == PSGSettings()
+
+
+def test_gan_space_is_the_data_range_mapped_to_minus_one_one_at_32():
+    mean, std = [0.5, 0.25], [0.2, 0.4]
+    x = torch.empty(1, 2, 32, 32)
+    x[0, 0], x[0, 1] = 1.0, -0.5  # raw = x std + mean: 0.7 and 0.05 → 2 raw − 1 = 0.4 and −0.9
+    x[0, 0, 0, 0], x[0, 0, 0, 1] = 5.0, -5.0  # raw 1.5 and −0.5: outside [0, 1], clamped to ±1
+    g = to_gan_space(x, mean, std)
+    expected = torch.empty(1, 2, 32, 32)
+    expected[0, 0], expected[0, 1] = 0.4, -0.9
+    expected[0, 0, 0, 0], expected[0, 0, 0, 1] = 1.0, -1.0
+    assert torch.allclose(g, expected, atol=1e-6)
+    # 2×2 → 32×32, bilinear with half-pixel centres (align_corners=False): column j samples the source at
+    # (j + ½)·2/32 − ½, clamped to [0, 1]; columns 0.2, 0.6 (mean 0, std 1)
+    small = torch.tensor([[0.2, 0.6], [0.2, 0.6]]).view(1, 1, 2, 2)
+    src = np.clip((np.arange(32) + 0.5) / 16 - 0.5, 0, 1)
+    row = torch.tensor(2 * (0.2 + 0.4 * src) - 1, dtype=torch.float32)
+    assert torch.allclose(to_gan_space(small, [0.0], [1.0]), row.expand(1, 1, 32, 32), atol=1e-6)
+
+
+def test_no_step_spends_no_budget_even_without_noise():
+    x, y = tiny_client(16)
+    result = train_psg(x, y, 3, PSGSettings(**{**TINY_GAN, "rounds": 0, "epsilon": math.inf}), seed=0)
+    assert result.steps == result.scheduled_steps == 0 and result.epsilon == 0.0
+
+
 def test_no_step_fits_a_budget_below_one_steps_cost_and_infinite_budget_adds_no_noise():
     x, y = tiny_client()
     none = train_psg(x, y, 3, PSGSettings(**{**TINY_GAN, "epsilon": 1.0}), seed=0)
@@ -124,6 +167,28 @@ def test_pls_probabilities_by_hand():
     assert pls_probabilities(1, 4, 2, 1.0) == pytest.approx(w / w.sum(), abs=1e-12)
     assert pls_probabilities(1, 4, 2, math.inf).tolist() == [1.0, 0.0, 0.0]  # no noise: the best r (first of a tie)
     assert pls_probabilities(3, 4, 2, 1e-9) == pytest.approx([1 / 3] * 3)  # no budget: uniform
+    # u = (-3/4, -1/4, -1/4): the maximiser is r = 1 (the first of the tie), not r = 0
+    assert pls_probabilities(3, 4, 2, math.inf).tolist() == [0.0, 1.0, 0.0]
+    # n̂ = 1 (γn < 2): r/n̂ ∈ {0, 1}, u = -|r - 1/4| = (-1/4, -3/4); ε n / 2 = 2: weights e^{-1/2}, e^{-3/2}
+    w = np.exp([-0.5, -1.5])
+    assert pls_probabilities(1, 4, 1, 1.0) == pytest.approx(w / w.sum(), abs=1e-12)
+    # a large ε: logits 4000 u = (-1000, -1000, -3000), far below exp's range; the distribution is still the
+    # uniform one over the maximisers (normalised at the largest logit)
+    assert pls_probabilities(1, 4, 2, 2000.0) == pytest.approx([0.5, 0.5, 0.0], abs=1e-12)
+
+
+def test_constructor_validates_gamma_label_selection_and_epsilon1():
+    assert build_algorithm("dafl").gamma == 0.01  # the paper's main γ (config/papers/dafl.yaml: dafl_gamma0.01)
+    assert build_algorithm("dafl", gamma=1.0).gamma == 1.0  # γ ∈ (0, 1]: every sample's label shared
+    for gamma in (0.0, -0.1, 1.5):
+        with pytest.raises(ValueError, match=r"DA-FL: gamma \(the sharing ratio γ\) must be in \(0, 1\]"):
+            build_algorithm("dafl", gamma=gamma)
+    with pytest.raises(ValueError, match="DA-FL: label_selection must be 'pls' or 'sample', got 'PLS'"):
+        build_algorithm("dafl", label_selection="PLS")
+    for epsilon1 in (0.0, -1.0):
+        with pytest.raises(ValueError, match=r"DA-FL: pls_epsilon \(ε1\) must be > 0"):
+            build_algorithm("dafl", pls_epsilon=epsilon1)
+    assert build_algorithm("dafl", label_selection="sample", pls_epsilon=0.0).label_selection == "sample"  # unused
 
 
 def test_pls_output_distribution_matches_the_closed_form():

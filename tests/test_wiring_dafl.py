@@ -5,8 +5,11 @@ FL stage (client i trains on D_i ∪ {D̂_j}_{j≠i}, then FedAvg) through ``run
 ``wiring.py``. There is no public code of DA-FL: the paper is the reference."""
 
 import copy
+import io
 import json
 import math
+import re
+import time
 import warnings
 from contextlib import contextmanager
 from dataclasses import asdict
@@ -79,7 +82,7 @@ def algorithm_2(x, y, num_classes, s: PSGSettings, seed, epsilon0):
         before = copy.deepcopy((G.state_dict(), D.state_dict(), opt_g.state_dict(), opt_d.state_dict()))
         idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1)  # line 4: each sample with prob. q
         z = torch.randn(len(idx), s.noise_dim, generator=zs)  # line 3
-        x_tilde = G(z, y[idx])  # line 6
+        x_tilde = G(z, y[idx]) if len(idx) else None  # line 6
         total = [torch.zeros_like(p) for p in D.parameters()]
         for i in range(len(idx)):  # lines 5-10
             xi, yi, fi = x[idx[i] : idx[i] + 1], y[idx[i] : idx[i] + 1], x_tilde[i : i + 1].detach()
@@ -90,13 +93,14 @@ def algorithm_2(x, y, num_classes, s: PSGSettings, seed, epsilon0):
         for p, a in zip(D.parameters(), total):  # line 11: (Σ g_i + N(0, σ²c²I)) / B
             p.grad = (a + torch.normal(0.0, sigma * c, p.shape, generator=noise)) / B if sigma else a / B
         opt_d.step()  # line 12
-        D.requires_grad_(False)
-        opt_g.zero_grad()
-        logit = D(x_tilde, y[idx])  # lines 13-17 through the updated discriminator
-        loss = F.logsigmoid(-logit).mean() if s.generator_loss == "saturating" else -F.logsigmoid(logit).mean()
-        loss.backward()
-        opt_g.step()  # line 18
-        D.requires_grad_(True)
+        if len(idx):  # an empty Poisson batch: D moves by the noise alone, G has no sample to step on
+            D.requires_grad_(False)
+            opt_g.zero_grad()
+            logit = D(x_tilde, y[idx])  # lines 13-17 through the updated discriminator
+            loss = F.logsigmoid(-logit).mean() if s.generator_loss == "saturating" else -F.logsigmoid(logit).mean()
+            loss.backward()
+            opt_g.step()  # line 18
+            D.requires_grad_(True)
         if sigma and opacus_rdp(sigma, q, t, s.delta) >= epsilon0:  # lines 19-20: stop, revoke this step
             G.load_state_dict(before[0])
             break
@@ -125,6 +129,30 @@ def test_psg_is_algorithm_2(generator_loss, private):
     assert result.steps == kept == (2 if private else 4) and result.stopped_by_budget == private
     assert result.sample_rate == q
     assert_close(result.generator, expected, "generator after Algorithm 2", rtol=1e-6, atol=1e-9)
+
+
+def test_psg_takes_a_noise_only_step_on_an_empty_poisson_batch():
+    """q = 1/8 on 8 samples: step 5 of this seed's Poisson masks is empty. Algorithm 2 still takes the step (the
+    accountant counts it, D gets N(0, σ²c²I)/B), G is not stepped, and training goes on to step 6."""
+    with float64():
+        g = torch.Generator().manual_seed(2)
+        x, y = torch.rand(8, 1, 32, 32, generator=g) * 2 - 1, torch.randint(0, 3, (8,), generator=g)
+        s = PSGSettings(batch_size=1, rounds=6, schedule="iterations", width=4, epsilon=1e6)
+        masks = torch.Generator().manual_seed(1 + 1)  # the run's Poisson stream: seed + 1
+        assert [int((torch.rand(8, generator=masks) < 1 / 8).sum()) for _ in range(6)] == [2, 1, 1, 2, 0, 1]
+        log = io.StringIO()
+        started = time.perf_counter()
+        with adam_gradients() as run:
+            result = train_psg(x, y, 3, s, seed=1, progress=log)
+        elapsed = time.perf_counter() - started
+        with adam_gradients() as paper:
+            expected, kept = algorithm_2(x, y, 3, s, 1, s.epsilon)
+    assert len(run) == len(paper) == 6 + 5  # 6 D steps, 5 G steps
+    assert_close(run, paper, "gradients Adam is given", rtol=1e-5, atol=1e-7)
+    assert result.steps == kept == 6 and result.epsilon == pytest.approx(opacus_rdp(SIGMA, 1 / 8, 6), abs=1e-9)
+    assert_close(result.generator, expected, "generator after Algorithm 2", rtol=1e-6, atol=1e-9)
+    assert re.fullmatch(r"  PSG step 6/6 loss_d -?\d+\.\d{3} loss_g -?\d+\.\d{3}\n", log.getvalue())  # the last step
+    assert 0 < result.seconds <= elapsed
 
 
 # ------------------------------------------------------------------------------------ accounting of the stage
@@ -278,3 +306,21 @@ def test_dafl_fl_stage_is_algorithm_1_then_fedavg(monkeypatch, tmp_path, label_s
     assert ctx.ledger["synthetic_samples"] == sum(len(y) for _, y in pool)
     assert ctx.ledger["epsilon_gan"] == 10.0 + ctx.num_clients - 1  # the largest of the clients' ε
     assert ctx.ledger["epsilon_labels"] == (epsilon1 if label_selection == "pls" else "inf")
+
+
+def test_shared_samples_are_put_on_the_run_s_device_and_memory_format(monkeypatch, tmp_path):
+    """The generators run on the CPU; ``setup`` moves D̂_j to the device and memory format of the training data.
+    The meta device stands for an accelerator (a device other than the CPU, without one; the real samples stay on
+    the CPU), 2×2 inputs make the channels-last layout observable (1×1 inputs have the same strides in both)."""
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        stub_gan_stage(tmp_path / "gans.pt", ctx.num_clients, ctx.num_classes, ctx.input_shape[0])
+        ctx.stages = {"gans": tmp_path / "gans.pt"}
+        ctx.device, ctx.memory_format, ctx.input_shape = torch.device("meta"), torch.channels_last, (4, 2, 2)
+        monkeypatch.setattr(ctx, "samples", lambda idx: (ctx.train_set.x[idx], ctx.train_set.y[idx]))  # stay put
+        dafl = build_algorithm("dafl", gamma=0.5, label_selection="sample")
+        dafl.setup(ctx)
+    assert all(len(y) > 0 for _, y in dafl._synthetic)
+    for x, y in dafl._synthetic:
+        assert x.device.type == y.device.type == "meta" and x.shape[1:] == (4, 2, 2)
+        assert x.is_contiguous(memory_format=torch.channels_last) and not x.is_contiguous()
