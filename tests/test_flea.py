@@ -359,3 +359,35 @@ def test_fedgen_option_of_flea_s_description_generates_cut_feature_maps_with_fou
     assert all(math.isfinite(r["generator_loss"]) for r in out["history"])
     with pytest.raises(ValueError, match="space"):
         build_algorithm("fedgen", space="pixels")
+
+
+def test_flea_defaults_and_the_bounds_of_its_settings():
+    """The defaults are the paper's (α = 0.1, Beta(2, 2), λ1 = 1, λ2 = 3, τ = 1, Eq. 6 options); the bounds are
+    inclusive where the setting allows it (α = 1: every sample; λ = 0: the term off), and each error names its key."""
+    flea = build_algorithm("flea")
+    assert (flea.share_fraction, flea.beta_a, flea.lambda_dis, flea.lambda_dcor, flea.tau, flea.lambda_ce) == (
+        0.1, 2.0, 1.0, 3.0, 1.0, 0.0)  # fmt: skip
+    assert (flea.kd, flea.dcor, flea.dcor_schedule, flea.warmup, flea.feature_batches) == (
+        "mixed", "squared", "constant", "paper", "equal")  # fmt: skip
+    assert not flea.share_replace
+    # the code's schedule (λ2 = 3): α3 = 3 − 0.1·(r − 1) while r − 1 < 20, then exactly 1 (``else 1``)
+    code = build_algorithm("flea", dcor_schedule="code")
+    assert [code.lambda2(t) for t in (20, 21, 22, 500)] == [3.0 * (1 - 19 / 30), 1.0, 1.0, 1.0]
+    ok = build_algorithm("flea", share_fraction=1.0, beta_a=0.5, lambda_dis=0.0, lambda_dcor=0.0, lambda_ce=0.0)
+    assert (ok.share_fraction, ok.beta_a) == (1.0, 0.5)
+    bounds = "^flea: beta_a and tau must be > 0, lambda_dis, lambda_dcor and lambda_ce >= 0$"
+    for bad, match in (
+        ({"share_fraction": 1.5}, r"^flea: share_fraction must be in \(0, 1\], got 1.5$"),
+        ({"share_fraction": 0}, r"^flea: share_fraction must be in \(0, 1\], got 0$"),
+        ({"tau": 0}, bounds),
+        ({"beta_a": 0}, bounds),
+        ({"lambda_dcor": -1}, bounds),
+        ({"lambda_dis": -1}, bounds),
+        ({"kd": "logits"}, r"^flea: kd must be one of \('mixed', 'buffer'\), got 'logits'$"),
+        ({"dcor": "cubed"}, r"^flea: dcor must be one of \('squared', 'root'\), got 'cubed'$"),
+        ({"dcor_schedule": "cos"}, r"^flea: dcor_schedule must be one of \('constant', 'code'\), got 'cos'$"),
+        ({"warmup": "long"}, r"^flea: warmup must be one of \('paper', 'code'\), got 'long'$"),
+        ({"feature_batches": "x"}, r"^flea: feature_batches must be one of \('equal', 'loader'\), got 'x'$"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            build_algorithm("flea", **bad)
