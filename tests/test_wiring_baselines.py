@@ -10,21 +10,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
-from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
+from wiring import assert_close, batches, float64, load, params, run_rounds, tiny_context, wiring_mlp
 
 from fed.algorithms import build_algorithm
 from fed.algorithms.fedmix import naivemix_loss as naivemix_loss_of_fed
 from fed.sharing import share_subset
 
 ROUNDS = 3
-
-
-def load(net, state):
-    """``net`` with the tensors ``state`` (a list in ``parameters()`` order)."""
-    with torch.no_grad():
-        for p, v in zip(net.parameters(), state):
-            p.copy_(v)
-    return net
 
 
 def fedavg_rounds(ctx, x0, sampled, local_loss, make_net=lambda: wiring_mlp(4, 3, 1), prepare=None, after_round=None):

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from opacus.accountants import RDPAccountant
 from torch.optim.optimizer import register_optimizer_step_pre_hook
-from wiring import assert_close, float64, params, run_rounds, tiny_context, wiring_mlp
+from wiring import assert_close, float64, load, params, run_rounds, tiny_context, wiring_mlp
 
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
@@ -268,10 +268,7 @@ def algorithm_1_fedavg(ctx, x0, sampled, pool):
             X, Y = ctx.client_data(i)
             X = torch.cat([X, *(pool[j][0] for j in range(ctx.num_clients) if j != i)])
             Y = torch.cat([Y, *(pool[j][1] for j in range(ctx.num_clients) if j != i)])
-            net = wiring_mlp(4, 3, 1)
-            with torch.no_grad():
-                for p, v in zip(net.parameters(), x):
-                    p.copy_(v)
+            net = load(wiring_mlp(4, 3, 1), x)
             opt = torch.optim.SGD(net.parameters(), lr=cfg.lr, momentum=cfg.momentum)
             g = ctx.rng("shuffle", r, i)
             for _ in range(cfg.local_epochs):

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from wiring import assert_close, batches, float64, params, tiny_context, wiring_mlp
+from wiring import assert_close, batches, float64, load, params, tiny_context, wiring_mlp
 
 import fed.algorithms.flea as flea_module
 from fed.algorithms import LocalContext, build_algorithm
@@ -69,11 +69,7 @@ def kl_div_batchmean(log_q, p):
 
 
 def net_at(state):
-    net = wiring_mlp(4, 3, 1)
-    with torch.no_grad():
-        for p, v in zip(net.parameters(), state):
-            p.copy_(v)
-    return net
+    return load(wiring_mlp(4, 3, 1), state)
 
 
 def flea_transcription(ctx, x0, sampled, code: bool):

@@ -5,7 +5,7 @@ SCAFFOLD and FedNova come from)."""
 import pytest
 import torch
 import torch.nn.functional as F
-from wiring import assert_close, batches, float64, params, run_rounds, tiny_context, wiring_mlp
+from wiring import assert_close, batches, float64, load, params, run_rounds, tiny_context, weighted_mean, wiring_mlp
 
 from fed.algorithms import build_algorithm
 from fed.algorithms.qffl import qffl_update
@@ -25,10 +25,7 @@ def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0):
     for r, selected in enumerate(sampled, start=1):
         states, sizes, total_delta = [], [], [torch.zeros_like(t) for t in x]
         for k in selected:
-            net = wiring_mlp(4, 3, 1)
-            with torch.no_grad():
-                for p, v in zip(net.parameters(), x):
-                    p.copy_(v)
+            net = load(wiring_mlp(4, 3, 1), x)
             opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
             X, Y = ctx.client_data(k)
             cnt = 0
@@ -74,18 +71,6 @@ def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
 def test_scaffold_rejects_an_unknown_correction():
     with pytest.raises(ValueError, match="correction after_step\\|in_loss, got 'in_grad'"):
         build_algorithm("scaffold", correction="in_grad")
-
-
-def load(net, state):
-    """``net`` with the tensors ``state`` (a list in ``parameters()`` order)."""
-    with torch.no_grad():
-        for p, v in zip(net.parameters(), state):
-            p.copy_(v)
-    return net
-
-
-def weighted_mean(states, sizes):
-    return [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(states[0]))]
 
 
 def niid_bench_fednova(ctx, x0, sampled, lr, rho):

@@ -13,7 +13,19 @@ import torch
 import torch.nn.functional as F
 import yaml
 from torch import nn
-from wiring import CFG, assert_close, batches, float64, params, run_rounds, tiny_context, tiny_data, wiring_mlp
+from wiring import (
+    CFG,
+    assert_close,
+    batches,
+    float64,
+    load,
+    params,
+    run_rounds,
+    tiny_context,
+    tiny_data,
+    weighted_mean,
+    wiring_mlp,
+)
 
 from fed.algorithms import build_algorithm
 from fed.algorithms.feddecorr import decorrelation_loss
@@ -45,15 +57,7 @@ def context(monkeypatch, model=wiring_mlp, num_classes=3) -> Context:
 
 
 def fresh_net(x, model=wiring_mlp, num_classes=3):
-    net = model(4, num_classes, 1)
-    with torch.no_grad():
-        for p, v in zip(net.parameters(), x):
-            p.copy_(v)
-    return net
-
-
-def weighted_mean(states, sizes):
-    return [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(states[0]))]
+    return load(model(4, num_classes, 1), x)
 
 
 # ------------------------------------------------------------------------------------------------ FedDecorr

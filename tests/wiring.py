@@ -117,6 +117,19 @@ def batches(ctx: Context, round_: int, client: int, epochs: int | None = None) -
     ]
 
 
+def load(net: nn.Module, state: list[torch.Tensor]) -> nn.Module:
+    """``net`` with the tensors ``state`` (a list in ``parameters()`` order): a transcription's model at x."""
+    with torch.no_grad():
+        for p, v in zip(net.parameters(), state):
+            p.copy_(v)
+    return net
+
+
+def weighted_mean(states: list[list[torch.Tensor]], sizes: list[int]) -> list[torch.Tensor]:
+    """FedAvg's n_k-weighted mean of parameter lists."""
+    return [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(states[0]))]
+
+
 def params(module: nn.Module) -> list[torch.Tensor]:
     return [p.detach().clone() for p in module.parameters()]
 
