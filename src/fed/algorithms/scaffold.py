@@ -48,7 +48,8 @@ class Scaffold(Algorithm):
     def after_step(self, model, local, ctx):
         if self.correction == "after_step":  # y ← y − η_l (c − c_i), outside the optimiser's momentum
             with torch.no_grad():
-                torch._foreach_add_(list(model.parameters()), local.extra["correction"], alpha=-ctx.round_lr())
+                for w, d in zip(model.parameters(), local.extra["correction"]):
+                    w.sub_(d, alpha=ctx.round_lr())
 
     def client_update(self, ctx, client) -> ClientResult:
         ctx.model.load_state_dict(ctx.global_state)
