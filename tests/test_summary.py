@@ -3,7 +3,7 @@
 import pandas as pd
 from docutils.core import publish_parts
 
-from fed.reporting.summary import summary_rst, verdict_counts
+from fed.reporting.summary import paper_counts, summary_markdown, summary_rst, verdict_counts
 
 
 def test_verdict_counts_and_rst_render():
@@ -17,6 +17,7 @@ def test_verdict_counts_and_rst_render():
         1,
         0,
     )
+    assert row["no paper value"] == 0  # always a column, like the four verdicts that compare
     assert "diverged" not in counts.columns  # shown only where some cell diverged
     claims = pd.DataFrame(
         [
@@ -34,3 +35,22 @@ def test_verdict_counts_and_rst_render():
     body = rst.removeprefix("{% raw %}").rstrip().removesuffix("{% endraw %}")
     html = publish_parts(body, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
     assert "Table cells per verdict" in html and "c1" in html and "contradicted" in html
+
+
+def test_paper_counts_sum_a_papers_tables():
+    """The summary's first table: per paper, the cells of all its tables per verdict."""
+    t1 = pd.DataFrame({"verdict": ["reproduced", "below paper", "no paper value"]})
+    t2 = pd.DataFrame({"verdict": ["reproduced", "above paper (read from a figure)"]})
+    t3 = pd.DataFrame({"verdict": ["not comparable (10 of 50 rounds)", "no runs"]})
+    counts = verdict_counts([("dafl", "dafl/table3", t1), ("dafl", "dafl/table4", t2), ("flea", "flea/t1", t3)])
+    per_paper = paper_counts(counts).set_index("paper")
+    assert per_paper.loc["dafl", ["cells", "reproduced", "above paper", "below paper", "no paper value"]].tolist() == [
+        5,
+        2,
+        1,
+        1,
+        1,
+    ]
+    assert per_paper.loc["flea", ["cells", "not comparable", "no runs"]].tolist() == [2, 1, 1]
+    md = summary_markdown(counts, {})
+    assert md.index("per paper") < md.index("Per table") < md.index("dafl/table3")

@@ -20,8 +20,8 @@ from fed.reporting.verdicts import (
     REPRODUCED,
 )
 
-VERDICTS = (REPRODUCED, ABOVE, BELOW, NOT_COMPARABLE, DIVERGED, NO_PAPER, NOT_IMPLEMENTED, NO_RUNS)
-ALWAYS_SHOWN = VERDICTS[:4]
+VERDICTS = (REPRODUCED, ABOVE, BELOW, NOT_COMPARABLE, NO_PAPER, DIVERGED, NOT_IMPLEMENTED, NO_RUNS)
+ALWAYS_SHOWN = VERDICTS[:5]  # the question the tool answers: compared (three ways), not comparable, nothing to compare
 CLAIM_COLUMNS = ["claim", "statement", "verdict", "evidence", "setting"]
 
 
@@ -31,8 +31,8 @@ def verdict_of(label: str) -> str:
 
 
 def verdict_counts(tables: list[tuple[str, str, pd.DataFrame]]) -> pd.DataFrame:
-    """One row per (paper, table) of ``(paper, table name, table CSV)``: its cells per verdict. The four verdicts
-    that compare with the paper are always columns; the others only where some cell has them."""
+    """One row per (paper, table) of ``(paper, table name, table CSV)``: its cells per verdict. Reproduced, above,
+    below, not comparable and no paper value are always columns; the others only where some cell has them."""
     rows = []
     for paper, name, df in tables:
         counts = df.verdict.map(verdict_of).value_counts()
@@ -41,15 +41,37 @@ def verdict_counts(tables: list[tuple[str, str, pd.DataFrame]]) -> pd.DataFrame:
     return out[[c for c in out.columns if c not in VERDICTS or c in ALWAYS_SHOWN or out[c].sum() > 0]]
 
 
+def paper_counts(counts: pd.DataFrame) -> pd.DataFrame:
+    """``verdict_counts`` summed per paper: one row per paper, the same columns less ``table``."""
+    return counts.drop(columns="table").groupby("paper", sort=False, as_index=False).sum()
+
+
 def summary_markdown(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
-    parts = ["# Reproduction summary", "", "Table cells per verdict:", "", counts.to_markdown(index=False), ""]
+    parts = [
+        "# Reproduction summary",
+        "",
+        "Table cells per verdict, per paper:",
+        "",
+        paper_counts(counts).to_markdown(index=False),
+        "",
+        "Per table:",
+        "",
+        counts.to_markdown(index=False),
+        "",
+    ]
     for paper, df in claims.items():
         parts += [f"## Claims of {paper}", "", df[CLAIM_COLUMNS].to_markdown(index=False), ""]
     return "\n".join(parts)
 
 
 def summary_html(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
-    parts = [HTML_HEAD, "<h2>Reproduction summary</h2><p>Table cells per verdict</p>", _html(counts)]
+    parts = [
+        HTML_HEAD,
+        "<h2>Reproduction summary</h2><p>Table cells per verdict, per paper</p>",
+        _html(paper_counts(counts)),
+        "<p>Per table</p>",
+        _html(counts),
+    ]
     for paper, df in claims.items():
         parts += [f"<p>Claims of {paper}</p>", _html(df[CLAIM_COLUMNS])]
     return "\n".join(parts) + "\n"
@@ -71,7 +93,8 @@ def summary_rst(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
         "*Reproduced*: within the stated tolerance of the paper; *not comparable*: our preset departs from the"
         " paper's protocol. Tables: every cell; Summary: the claims with their statements and evidence.",
         "",
-        _csv_table("Table cells per verdict", counts.drop(columns="cells")),
+        _csv_table("Table cells per verdict, per paper", paper_counts(counts)),
+        _csv_table("Per table", counts.drop(columns="cells")),
     ]
     verdicts = [df.assign(paper=paper)[["paper", "claim", "verdict"]] for paper, df in claims.items()]
     if verdicts:
