@@ -201,3 +201,35 @@ def test_margin_count_counts_cells_beyond_a_relative_margin_across_tables():
     out = claims_table(claims, {"d100": block([0.10] * 3), "d50": block([0.10] * 3)}, {"d50": "quick"})
     assert out.verdict[0] == SUPPORTED and "6 of 6 cells" in out.evidence[0] and "(d50)" in out.evidence[0]
     assert out.setting[0] == "not comparable (quick)"
+
+
+def test_a_users_method_is_shown_but_never_a_rival_of_the_papers_claims():
+    """Issue 26: adding a method to a paper's table must not flip the paper's verdicts. ``with_rivals`` makes every
+    best-method claim of a paper's file compare the file's own methods; an overlay may name others."""
+    from fed.config import with_rivals
+
+    paper = {
+        "methods": {"fedzdac": {}, "fedzdas": {}},
+        "tables": {"t1": {"methods": ["fedavg", "fedprox", "fedzdac", "fedzdas"]}},
+        "claims": {
+            "best": {"kind": "best_method", "source": "t1", **CLAIM},
+            "trend": {"kind": "trend", "source": "t1"},
+        },
+    }
+    claims = with_rivals(paper)["claims"]
+    assert claims["best"]["rivals"] == ["fedavg", "fedprox", "fedzdac", "fedzdas"] and "rivals" not in claims["trend"]
+    rows = table([("uni", "fedzdac", 86.0, 0.3, 3), ("uni", "fedavg", 84.0, 0.3, 3), ("uni", "mine", 90.0, 0.3, 3)])
+    assert best_method(rows, CLAIM)["verdict"] == CONTRADICTED  # without rivals the user's method would flip it
+    assert best_method(rows, claims["best"])["verdict"] == SUPPORTED
+    assert best_method(rows, claims["best"] | {"rivals": ["fedavg", "mine"]})["verdict"] == CONTRADICTED  # named
+    cells = margin_count(rows, claims["best"] | {"margin": 0.01, "fraction": 1.0})
+    assert "over fedavg" in cells["evidence"] and "mine" not in cells["evidence"]
+    from conftest import REPO
+
+    from fed.config import with_papers
+
+    merged = with_papers(
+        {"papers": ["fedzda"], "tables": {"fedzda_table1": {"methods": ["mine"]}}}, REPO / "config/papers"
+    )
+    assert "fedzdac" in merged["claims"]["zda_best_local_accuracy"]["rivals"]
+    assert "mine" not in merged["claims"]["zda_best_local_accuracy"]["rivals"]

@@ -180,6 +180,24 @@ def load_yaml(path: str | Path) -> dict[str, Any]:
     return data
 
 
+RIVALLED_CLAIMS = ("best_method", "margin_count")  # claim kinds that compare candidates with "every other method"
+
+
+def with_rivals(paper: dict[str, Any]) -> dict[str, Any]:
+    """A paper's file with each of its best-method claims comparing the paper's methods only: ``rivals`` defaults to
+    every method the file defines or lists in a table or figure. A method a user adds to a paper's table is shown
+    beside the paper's, and joins a claim only where an overlay names it in ``rivals``."""
+    names = set(paper.get("methods") or {})
+    for section in ("tables", "figures"):
+        for spec in (paper.get(section) or {}).values():
+            names |= set(spec.get("methods") or [])
+    claims = {
+        name: ({"rivals": sorted(names)} | claim if claim.get("kind") in RIVALLED_CLAIMS else claim)
+        for name, claim in (paper.get("claims") or {}).items()
+    }
+    return paper | {"claims": claims} if claims else paper
+
+
 def with_papers(config: dict[str, Any], papers_dir: str | Path) -> dict[str, Any]:
     """The workflow config with every paper of ``config['papers']`` merged under it: a paper's file gives its
     presets, partitions, methods, tables and figures; config.yaml and overlays override them, and a table, figure
@@ -190,7 +208,7 @@ def with_papers(config: dict[str, Any], papers_dir: str | Path) -> dict[str, Any
     for paper in config.get("papers", []):
         if paper not in available:
             raise ValueError(f"papers: unknown paper {paper!r}; valid choices: {available} ({papers_dir}/)")
-        merged = merge_under(merged, load_yaml(papers_dir / f"{paper}.yaml"))
+        merged = merge_under(merged, with_rivals(load_yaml(papers_dir / f"{paper}.yaml")))
     merged = merge_under(merged, config)
     for section in ("tables", "figures", "claims", "partition_plots"):  # an overlay drops one by setting it to null
         merged[section] = {k: v for k, v in (merged.get(section) or {}).items() if v is not None}

@@ -11,7 +11,8 @@ Kinds (``claims.<name>.kind`` in a paper's config):
   the opposite sign is significant. On a table, ``x_values`` maps its methods to x (Table 4's ε0 per method), per
   dataset and partition.
 ``datasets`` / ``partitions`` restrict a claim; ``exclude`` drops methods from ``best_method``'s rivals (an upper
-bound such as centralized training is not a rival).
+bound such as centralized training is not a rival); ``rivals`` (``best_method``, ``margin_count``; default: the
+methods of the paper's own config, ``fed.config.with_rivals``) keeps a method a user adds to the table out of them.
 - ``no_gain``: like ``trend``, but the claim is that ``metric`` does *not* gain more than ``margin`` from the smallest
   to the largest x (FedDPMS: "more preliminary rounds are not needed"). Supported: the gain is significantly below
   the margin (Welch's t against mean + margin); contradicted: significantly above it.
@@ -62,10 +63,16 @@ def _cells(rows: pd.DataFrame):
         yield "/".join(map(str, key[-2:])) + (f" ({key[0]})" if len(key) == 3 else ""), g
 
 
+def _contenders(rows: pd.DataFrame, claim: dict) -> pd.DataFrame:
+    """The candidates and their rivals: ``rivals`` where given (the paper's methods), less ``exclude``."""
+    if "rivals" in claim:
+        rows = rows[rows.method.isin([*claim["methods"], *claim["rivals"]])]
+    return rows[~rows.method.isin(claim.get("exclude", []))]
+
+
 def best_method(table: pd.DataFrame, claim: dict) -> dict:
     higher = claim.get("higher_is_better", True)
-    rows = _select(table[table.metric == claim["metric"]], claim)
-    rows = rows[~rows.method.isin(claim.get("exclude", []))]
+    rows = _contenders(_select(table[table.metric == claim["metric"]], claim), claim)
     evidence, outcomes = [], []
     for cell, g in _cells(rows):
         g = g[g.seeds > 0]
@@ -192,8 +199,7 @@ def correlation(df: pd.DataFrame, claim: dict) -> dict:
 
 def margin_count(table: pd.DataFrame, claim: dict) -> dict:
     margin, need = claim["margin"], claim["fraction"]
-    rows = _select(table[table.metric == claim["metric"]], claim)
-    rows = rows[~rows.method.isin(claim.get("exclude", []))]
+    rows = _contenders(_select(table[table.metric == claim["metric"]], claim), claim)
     above = below = cells = 0
     evidence = []
     for cell, g in _cells(rows):
