@@ -125,7 +125,9 @@ class MethodSpec:
 
 
 # ``tune:`` of a method: grid (param -> values, required), rounds (null: the preset's), the fraction of each
-# client's training split held out for validation, and the validation metric that picks the point.
+# client's training split held out for validation, and the validation metric that picks the point; optional
+# ``within: {metric, tolerance, of}`` restricts the pick to points near a reference (fed.runner.select_point). It has
+# no default, so the records of cells tuned before it existed still match (fed.reference.stale_reasons).
 TUNE_DEFAULTS = {"rounds": None, "validation_fraction": 0.1, "select_by": "local_acc_mean"}
 
 

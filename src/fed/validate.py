@@ -15,7 +15,7 @@ from fed.algorithms import ALGORITHMS, PLANNED
 from fed.config import FLConfig, MethodSpec, for_dataset, resolve_preset, sweep_variants
 from fed.data import DATASETS, PARTITIONS
 from fed.data.partition import make_partition
-from fed.metrics import METRICS
+from fed.metrics import METRICS, VALIDATION_METRICS
 from fed.models import MODELS
 from fed.reporting.claims import claim_sources
 from fed.reporting.figure_kinds import FIGURE_KINDS, key_errors
@@ -151,8 +151,15 @@ def tune_errors(spec: dict[str, Any]) -> list[str]:
     if "sweep" in spec:
         errors.append("`tune` and `sweep` exclude each other (tune selects on validation data, a sweep on the table's)")
     tune = spec["tune"]
-    if tune.get("select_by", "local_acc_mean") not in METRICS:
-        errors.append(f"tune: unknown select_by {tune['select_by']!r}; valid choices: {list(METRICS)}")
+    choices = f"valid choices: {list(VALIDATION_METRICS)} (the others read the test set)"
+    if tune.get("select_by", "local_acc_mean") not in VALIDATION_METRICS:
+        errors.append(f"tune: unknown select_by {tune['select_by']!r}; {choices}")
+    if within := tune.get("within"):
+        if within["metric"] not in VALIDATION_METRICS:
+            errors.append(f"tune.within: unknown metric {within['metric']!r}; {choices}")
+        of, grid = within.get("of", "best"), tune["grid"]
+        if of != "best" and (set(of) != set(grid) or any(v not in grid[k] for k, v in of.items())):
+            errors.append(f"tune.within.of: {of!r} is not a point of the grid {grid!r}; give one, or 'best'")
     return errors
 
 

@@ -1,0 +1,132 @@
+"""The tuning stage's choice of a grid point (fed.runner.select_point), checked on hand-computed scores: the default
+(best mean validation accuracy), the lowest validation variance, and the same within a tolerance of a reference point
+(fairness at a bounded accuracy cost: the lowest variance whose mean accuracy is within 1 pp of q = 0)."""
+
+import copy
+import json
+
+import pytest
+import torch
+import yaml
+from conftest import REPO
+from snakemake.exceptions import WorkflowError
+from snakemake.utils import validate
+
+from fed.config import TUNE_DEFAULTS, MethodSpec, with_papers
+from fed.runner import StageJob, run_tuning, select_point
+from fed.stages import Stage
+from fed.validate import check_config, schema_error
+
+GRID = {"q": [0.0, 0.001, 0.01, 0.1, 1.0]}
+MEAN = [80.0, 80.5, 79.6, 78.5, 60.0]  # validation local_acc_mean per q
+VAR = [100.0, 98.0, 90.0, 70.0, 20.0]  # validation client_acc_variance per q
+SCORES = [
+    {"q": q, "validation_local_acc_mean": m, "validation_client_acc_variance": v, "diverged": False}
+    for q, m, v in zip(GRID["q"], MEAN, VAR)
+]
+AUTHORS = {"metric": "local_acc_mean", "tolerance": 1.0, "of": {"q": 0.0}}
+
+
+def pick(scores=SCORES, **tune):
+    return select_point(scores, TUNE_DEFAULTS | {"grid": GRID} | tune)["q"]
+
+
+def test_each_rule_picks_the_point_computed_by_hand():
+    assert pick() == 0.001  # highest mean: 80.5
+    assert pick(select_by="client_acc_variance") == 1.0  # lowest variance, whatever the accuracy (20 at 60 %)
+    # fairness rule: mean >= 80.0 - 1 = 79.0 → q ∈ {0, 0.001, 0.01}; lowest variance among them: 90 at q = 0.01
+    assert pick(select_by="client_acc_variance", within=AUTHORS) == 0.01
+    # the reference matters: 1.6 below q = 0's 80.0 admits q = 0.1 (78.5 ≥ 78.4), 1.6 below the best 80.5 does not
+    assert pick(select_by="client_acc_variance", within=AUTHORS | {"tolerance": 1.6}) == 0.1
+    assert pick(select_by="client_acc_variance", within={"metric": "local_acc_mean", "tolerance": 1.6}) == 0.01
+    assert pick(select_by="client_acc_variance", within={"metric": "local_acc_mean", "tolerance": 0.0}) == 0.001
+    # a variance constraint: at most 30 above the lowest (20) → only q = 1; at most 50 above → q ∈ {0.1, 1}
+    assert pick(within={"metric": "client_acc_variance", "tolerance": 30.0}) == 1.0
+    assert pick(within={"metric": "client_acc_variance", "tolerance": 50.0}) == 0.1  # q ∈ {0.1, 1}: best mean 78.5
+
+
+def test_a_diverged_point_is_never_chosen_nor_a_reference():
+    scores = copy.deepcopy(SCORES)
+    scores[4] |= {"validation_local_acc_mean": None, "validation_client_acc_variance": None, "diverged": True}
+    assert pick(scores, select_by="client_acc_variance") == 0.1
+    scores[0] |= {"validation_local_acc_mean": None, "validation_client_acc_variance": None, "diverged": True}
+    with pytest.raises(RuntimeError, match="reference point \\{'q': 0.0\\} diverged"):
+        pick(scores, select_by="client_acc_variance", within=AUTHORS)
+    with pytest.raises(RuntimeError, match="no grid point has finite validation"):
+        pick([s | {"diverged": True} for s in SCORES])
+
+
+@pytest.mark.parametrize("partition, chosen", [("multimodal", 0.01), ("unimodal", 0.001)])
+def test_committed_records_still_select_what_they_chose(partition, chosen):
+    """The FMNIST reference cells recorded local_acc_mean only: the default rule re-reads them unchanged (multimodal:
+    78.87 at q = 0.01 > 78.54 at q = 0.001), and a rule that needs the variance says it is missing."""
+    record = json.loads((REPO / f"reference/fmnist/runs/fedzda/fmnist/{partition}/qffl/seed0/metrics.json").read_text())
+    tuning = record["tuning"]
+    assert select_point(tuning["scores"], tuning["tune"])["q"] == chosen == record["method"]["params"]["q"]
+    with pytest.raises(RuntimeError, match="no grid point has finite validation \\['client_acc_variance'"):
+        select_point(tuning["scores"], tuning["tune"] | {"select_by": "client_acc_variance"})
+
+
+class FakeRun:
+    """An engine whose run returns fixed last-round metrics for its q (no training)."""
+
+    LAST = {
+        q: {"local_acc_mean": m, "client_acc_variance": v, "global_acc": 99.0, "class_acc_variance": 1.0}
+        for q, m, v in zip(GRID["q"], MEAN, VAR)
+    }
+
+    def __init__(self, method, rounds, validation_fraction, work_dir):
+        assert rounds == 30 and validation_fraction == 0.1 and work_dir.name == f"q{method.params['q']}"
+        self.q = method.params["q"]
+
+    def run(self):
+        if self.q == 1.0:
+            return {"diverged": True, "last": {"local_acc_mean": float("nan"), "client_acc_variance": float("nan")}}
+        return {"diverged": False, "last": self.LAST[self.q]}
+
+
+def test_the_stage_records_every_validation_metric_and_applies_the_rule(tmp_path):
+    tune = {"grid": GRID, "rounds": 30, "select_by": "client_acc_variance", "within": AUTHORS}
+    spec = MethodSpec.from_config("qffl", {"algorithm": "qffl", "lipschitz": 50.0, "tune": tune})
+    job = StageJob(Stage.of("tuning", method="qffl"), "fmnist", tmp_path / "t.pt", None, FakeRun, spec, tmp_path)
+    run_tuning(job)
+    record = torch.load(tmp_path / "t.pt", weights_only=False)
+    assert record["chosen"] == {"q": 0.01} and record["tune"] == TUNE_DEFAULTS | tune
+    assert record["scores"][:4] == SCORES[:4]  # validation metrics only: global_acc reads the test set
+    assert record["scores"][4] == {
+        "q": 1.0,
+        "validation_local_acc_mean": None,
+        "validation_client_acc_variance": None,
+        "diverged": True,
+    }
+
+
+BASE = with_papers(yaml.safe_load((REPO / "config.yaml").read_text()), REPO / "config/papers")
+
+
+def checked(tune):
+    cfg = copy.deepcopy(BASE)
+    cfg["methods"]["qffl"]["tune"] = tune
+    validate(cfg, str(REPO / "workflow/schemas/config.schema.yaml"))
+    return check_config(cfg)
+
+
+def test_the_authors_rule_is_a_valid_config_and_bad_rules_are_named():
+    assert checked({"grid": GRID, "select_by": "client_acc_variance", "within": AUTHORS, "rounds": 30}) == []
+    for tune, message in [
+        ({"grid": GRID, "select_by": "global_acc"}, "tune: unknown select_by 'global_acc'; valid choices: \\["),
+        ({"grid": GRID, "within": AUTHORS | {"metric": "acc"}}, "tune.within: unknown metric 'acc'"),
+        ({"grid": GRID, "within": AUTHORS | {"of": {"q": 5.0}}}, "tune.within.of: \\{'q': 5.0\\} is not a point"),
+        ({"grid": GRID, "within": AUTHORS | {"of": {"mu": 0.0}}}, "tune.within.of: \\{'mu': 0.0\\} is not a point"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            checked(tune)
+    for within, message in [
+        ({"metric": "local_acc_mean"}, "'tolerance' is a required property"),
+        (AUTHORS | {"tolerance": -1}, "-1 is less than the minimum of 0"),
+        (AUTHORS | {"of": "worst"}, "'worst' is not valid under any of the given schemas"),
+        (AUTHORS | {"margin": 1}, "Additional properties are not allowed"),
+    ]:
+        with pytest.raises(WorkflowError) as err:
+            checked({"grid": GRID, "within": within})
+        assert message in schema_error(err.value) and schema_error(err.value).startswith("methods.qffl.tune.within")
