@@ -200,10 +200,10 @@ def test_client_state_on_disk_survives_a_torn_checkpoint(setup, tmp_path, algo):
 
 def test_code_change_is_never_resumed(setup, tmp_path, monkeypatch):
     """A checkpoint written by other code of the fed package is not resumed (issue 8: stale results)."""
-    from fed import checkpoint
+    from fed import identity
 
     run(setup, work_dir=tmp_path, checkpoint_every=1)
-    monkeypatch.setattr(checkpoint, "code_hash", lambda: "edited-code")
+    monkeypatch.setattr(identity, "code_hash", lambda module: "edited-code")
     train, test, part, _ = setup
     engine = Engine(
         FLConfig(**SMALL), build_algorithm("fedavg"), train, test, part, 0, work_dir=tmp_path, progress=None

@@ -1,14 +1,13 @@
 """Checkpoints, run identity and warm starts.
 
 A checkpoint is resumed only by a run of the same identity: resolved settings, seed, partition, the data's
-content, the code of the ``fed`` package (a content hash, so an edited method never resumes stale state), the
-number of torch threads and the device kind. Writes are atomic and the previous checkpoint is kept, so an
+content, the code the run executes (``fed.identity``: a content hash, so an edited method never resumes stale
+state), the number of torch threads and the device kind. Writes are atomic and the previous checkpoint is kept, so an
 unreadable file falls back to the one before it (or a fresh start), with a warning naming the file.
 """
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import json
 import os
@@ -21,17 +20,6 @@ import torch
 
 def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
-@functools.cache
-def code_hash() -> str:
-    """Content hash of every Python file of the installed ``fed`` package (path and bytes)."""
-    root = Path(__file__).resolve().parent
-    h = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        h.update(str(path.relative_to(root)).encode())
-        h.update(path.read_bytes())
-    return h.hexdigest()[:16]
 
 
 def tensor_hash(*tensors: torch.Tensor) -> str:

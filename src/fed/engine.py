@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
-from fed import checkpoint
+from fed import checkpoint, identity
 from fed.algorithms.base import Algorithm, hyperparameters
 from fed.client_store import ClientStore
 from fed.config import FLConfig
@@ -78,7 +78,7 @@ class Engine:
         self.history: list[dict[str, Any]] = []
         self.diverged_round: int | None = None
         self.wall_before = 0.0  # wall time of earlier segments of this run (before a resume)
-        self._prefix_fp: str | None = None
+        self._prefix_fp: dict[str, str] = {}
 
     # convenient views for tests and benchmarks
     @property
@@ -94,22 +94,25 @@ class Engine:
         return self.ctx.model
 
     # ------------------------------------------------------------------ identity
-    def prefix_fingerprint(self) -> str:
-        """Identity of the training trajectory shared by every method that is FedAvg up to some round."""
-        if self._prefix_fp is None:
+    def prefix_fingerprint(self, module: str | None = None) -> str:
+        """Identity of the training trajectory shared by every method that is FedAvg up to some round: settings,
+        seed, partition, data and the code of ``module`` (default: this run's method; ``fed.identity``). A FedAvg
+        prefix is checked against FedAvg's code, a method's own stage against the method's."""
+        module = module or type(self.algorithm).__module__
+        if module not in self._prefix_fp:
             cfg = {k: v for k, v in self.cfg.to_dict().items() if k not in TRAJECTORY_NEUTRAL}
-            self._prefix_fp = checkpoint.digest(
+            self._prefix_fp[module] = checkpoint.digest(
                 [
                     cfg,
                     self.seed,
                     [t.tolist() for t in self.ctx.train_idx],
                     self._data_hash,
-                    checkpoint.code_hash(),
+                    identity.code_hash(module),
                     torch.get_num_threads(),
                     self.ctx.device.type,
                 ]
             )
-        return self._prefix_fp
+        return self._prefix_fp[module]
 
     def fingerprint(self) -> str:
         """Identity of the run; a checkpoint of another identity is never resumed."""
@@ -179,7 +182,7 @@ class Engine:
         declared = self.algorithm.stages().get("warm")
         own_stage = declared is not None and declared.kind != "fedavg_prefix"
         until = math.inf if own_stage else self.algorithm.fedavg_until
-        if ckpt["prefix_fingerprint"] != self.prefix_fingerprint():
+        if ckpt["prefix_fingerprint"] != self.prefix_fingerprint(None if own_stage else identity.PREFIX_MODULE):
             raise ValueError(
                 f"warm start {self.warm_start}: other settings, seed, partition, data or code than "
                 "this run; delete it and rerun, Snakemake recomputes it"

@@ -69,12 +69,13 @@ class StageKind:
     continues_from: str | None = None  # ordinal parameter: a stage continues from the same kind's lower value
     per_seed: bool = True  # False: computed once, on seed 0's partition and streams, for every seed's cells
     key_params: tuple[str, ...] | None = None  # name only these in the file name, hash the rest (many settings)
+    algorithm: str | None = None  # the method whose code it runs (fed.identity); None: the method it tunes
 
 
 STAGE_KINDS: dict[str, StageKind] = {
-    "fedavg_prefix": StageKind(optional=True, continues_from="rounds"),
-    "centralized_model": StageKind(),
+    "fedavg_prefix": StageKind(optional=True, continues_from="rounds", algorithm="fedavg"),
+    "centralized_model": StageKind(algorithm="centralized"),
     "tuning": StageKind(per_seed=False),  # q-FFL's authors select q once, not per seed
-    "dp_cgan": StageKind(key_params=("epsilon",)),  # DA-FL: one DP-CGAN per client, shared by every γ
-    "vae_prelim": StageKind(optional=True),  # FedDPMS' Stage I, shared by every σ, C and α
+    "dp_cgan": StageKind(key_params=("epsilon",), algorithm="dafl"),  # DA-FL: one DP-CGAN per client, for every γ
+    "vae_prelim": StageKind(optional=True, algorithm="feddpms"),  # FedDPMS' Stage I, shared by every σ, C and α
 }

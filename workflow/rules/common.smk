@@ -18,6 +18,7 @@ from fed.reporting.claims import claim_sources as claim_source_names
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
 from fed.config import FLConfig, MethodSpec, resolve_preset, sweep_variants, with_papers
 from fed.reference import stale_reasons
+from fed.identity import algorithm_code_hash
 from fed.stages import Stage
 from fed.validate import check_config, schema_error
 from fed.tracking import default_uri
@@ -190,6 +191,13 @@ def stage_method(w):
     """The method a stage belongs to (a tuning stage's `method` parameter), or None."""
     stage = STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage]
     return dict(stage.params).get("method")
+
+
+def stage_code(w):
+    """Identity of the code a stage runs (fed.identity): a param, so an edit to that code reruns the stage."""
+    stage = STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage]
+    method = stage_method(w)
+    return algorithm_code_hash(algorithm(method) if method else stage.spec.algorithm)
 
 
 def stage_record(stage):

@@ -59,6 +59,7 @@ rule stage:
         method=lambda w: config["methods"].get(stage_method(w)),
         preset=lambda w: preset(w.preset),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
+        code=stage_code,  # fed.identity: an edit to the code it runs reruns it, a report edit does not
         work_dir=f"{RESULTS}/work/stages/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/{{stage}}",
     script:
         "../scripts/stage.py"
@@ -84,6 +85,7 @@ rule train:
         preset=lambda w: preset(w.preset),
         method=lambda w: config["methods"][w.method],
         data_root=lambda w, input: str(Path(input.data).parents[1]),
+        code=lambda w: algorithm_code_hash(algorithm(w.method)),  # fed.identity: its method's code and the engine's
         # checkpoints live outside the declared outputs, so a killed job resumes instead of restarting
         work_dir=f"{RESULTS}/work/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}",
         tracking=lambda w: {

@@ -1,0 +1,98 @@
+"""A run's identity is the code that determines its numbers (issue 26): a report edit changes no run, an edit to
+one method changes its own cells and stages only — in the hash (fast, on a copy of the package) and in the jobs
+Snakemake plans (slow, on the smoke run)."""
+
+import re
+import shutil
+
+import pytest
+from conftest import REPO, snakemake
+
+from fed import identity
+
+
+@pytest.fixture
+def package_copy(tmp_path, monkeypatch):
+    """``fed.identity`` pointed at a copy of the package that a test may edit."""
+    root = tmp_path / "fed"
+    shutil.copytree(REPO / "src/fed", root, ignore=shutil.ignore_patterns("__pycache__", "data"))
+    monkeypatch.setattr(identity, "ROOT", root)
+    for cached in (identity.modules, identity.import_graph, identity.algorithm_modules, identity.code_hash):
+        cached.cache_clear()
+    yield root
+    for cached in (identity.modules, identity.import_graph, identity.algorithm_modules, identity.code_hash):
+        cached.cache_clear()
+
+
+def hashes() -> dict[str, str]:
+    for cached in (identity.modules, identity.import_graph, identity.code_hash):
+        cached.cache_clear()
+    return {name: identity.algorithm_code_hash(name) for name in identity.algorithm_modules() if name != "base"}
+
+
+def touch(path):
+    path.write_text(path.read_text() + "\n# an edit\n")
+
+
+def test_what_the_hash_covers():
+    core = identity.closure(identity.ENTRY)
+    assert {"fed.engine", "fed.rounds", "fed.training", "fed.data.partition", "fed.models.cnn"} <= core
+    assert not {m for m in core if m.startswith("fed.reporting.")} | (core & {"fed.cli", "fed.tracking"})
+    assert "fed.algorithms.scaffold" not in core  # the registry is not followed into the methods
+    assert identity.closure("fed.algorithms.fedzda") >= {"fed.algorithms.fedzda", "fed.zsdg"}
+    assert identity.algorithm_modules()["naivemix"] == "fed.algorithms.fedmix"  # two classes of one file
+    with pytest.raises(ValueError, match="unknown algorithm 'nope'"):
+        identity.algorithm_code_hash("nope")
+
+
+def test_an_edit_changes_exactly_the_runs_that_execute_it(package_copy):
+    before = hashes()
+    shared = {h for h in before.values() if list(before.values()).count(h) > 1}
+    assert {frozenset(m for m in before if before[m] == h) for h in shared} == {  # one file, one identity
+        frozenset({"fedmix", "naivemix"}),
+        frozenset({"fedzdac", "fedzdas"}),
+    }
+    touch(package_copy / "reporting/figures.py")
+    touch(package_copy / "tracking.py")
+    assert hashes() == before
+    touch(package_copy / "algorithms/scaffold.py")
+    after = hashes()
+    assert {m for m in before if after[m] != before[m]} == {"scaffold"}
+    touch(package_copy / "zsdg.py")
+    changed = {m for m, h in hashes().items() if h != after[m]}
+    assert changed == {"fedzdac", "fedzdas"}
+    touch(package_copy / "rounds.py")  # the engine: every run
+    assert all(h != before[m] for m, h in hashes().items())
+
+
+def planned(stdout: str, rule: str) -> list[dict[str, str]]:
+    """The wildcards of every job of ``rule`` in a dry run."""
+    jobs = [block for block in stdout.split("\n\n") if re.search(rf"^(local)?rule {rule}:", block, re.M)]
+    return [dict(re.findall(r"(\w+)=([^,\s]+)", re.search(r"wildcards: (.*)", b)[1])) for b in jobs]
+
+
+@pytest.mark.slow
+def test_snakemake_reruns_what_an_edit_changes_and_nothing_else(smoke_run, tmp_path):
+    workdir, _ = smoke_run
+    repo = tmp_path / "repo"
+    for part in ("Snakefile", "config.yaml", "config", "workflow", "envs", "src"):
+        copy = shutil.copytree if (REPO / part).is_dir() else shutil.copyfile
+        copy(
+            REPO / part,
+            repo / part,
+            **({"ignore": shutil.ignore_patterns("__pycache__")} if copy is shutil.copytree else {}),
+        )
+
+    def dry_run():
+        cmd = ("-s", str(repo / "Snakefile"), "-n", "--configfile", str(repo / "config/smoke.yaml"))
+        return snakemake(workdir, *cmd).stdout
+
+    touch(repo / "src/fed/reporting/figures.py")
+    out = dry_run()
+    assert not planned(out, "train") and not planned(out, "stage")
+    touch(repo / "src/fed/algorithms/qffl.py")
+    out = dry_run()
+    cells = {p.parent.as_posix() for p in (workdir / "results/runs").glob("*/*/*/qffl/seed*/metrics.json")}
+    assert cells and {j["method"] for j in planned(out, "train")} == {"qffl"}
+    assert len(planned(out, "train")) == len(cells)
+    assert planned(out, "stage") and all(j["stage"].startswith("tuning") for j in planned(out, "stage"))
