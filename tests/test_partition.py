@@ -92,6 +92,52 @@ def test_multimodal_client_size_too_large_is_rejected():
         make_partition(LABELS, "multimodal", 20, seed=0, client_size=10_000)
 
 
+SHARES = [0.5, 0.2, 0.15, 0.1, 0.05]  # 20 clients: 10, 4, 3, 2, 1 per mode
+
+
+def test_multimodal_reuse_gives_equal_clients_beyond_the_no_reuse_cap():
+    # 300 per class: the 10-client mode needs 3,000 of a class's 600 samples, so clients must share samples
+    part = make_partition(LABELS, "multimodal", 20, seed=0, shares=SHARES, client_size=600, reuse=True)
+    idx = client_indices(part)
+    assert {len(i) for i in idx} == {600}
+    assert all(len(set(i.tolist())) == 600 for i in idx)  # no sample twice within a client
+    for i in idx:  # two classes of 300
+        assert sorted(np.bincount(LABELS[i], minlength=10).tolist()) == [0] * 8 + [300, 300]
+    modes = mode_counts(classes_of(part))
+    assert sorted(modes.values(), reverse=True) == [10, 4, 3, 2, 1]
+    # aggregate class counts (with repeats) follow the shares: 300 x clients of the class's mode
+    assert sorted(np.asarray(part["counts"]).sum(0).tolist()) == [300, 300, 600, 600, 900, 900, 1200, 1200, 3000, 3000]
+    together = np.concatenate(idx)
+    assert len(set(together.tolist())) < len(together)  # popular-mode clients share samples
+    assert part == make_partition(LABELS, "multimodal", 20, seed=0, shares=SHARES, client_size=600, reuse=True)
+
+
+def test_multimodal_reuse_validation():
+    with pytest.raises(ValueError, match="without reuse"):  # 300 per class > 600 // 10 without reuse
+        make_partition(LABELS, "multimodal", 20, seed=0, shares=SHARES, client_size=600)
+    with pytest.raises(ValueError, match="allow 600 per class"):  # 700 per class > a class's 600 samples
+        make_partition(LABELS, "multimodal", 20, seed=0, shares=SHARES, client_size=1400, reuse=True)
+    with pytest.raises(ValueError, match="reuse needs client_size"):
+        make_partition(LABELS, "multimodal", 20, seed=0, shares=SHARES, reuse=True)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_multimodal_modes_in_label_order_without_permutation(seed):
+    part = make_partition(LABELS, "multimodal", 20, seed=seed, shares=SHARES, permute_classes=False)
+    modes = mode_counts(classes_of(part))
+    assert modes == {
+        frozenset({0, 1}): 10,
+        frozenset({2, 3}): 4,
+        frozenset({4, 5}): 3,
+        frozenset({6, 7}): 2,
+        frozenset({8, 9}): 1,
+    }
+    assert np.asarray(part["counts"]).sum(0).tolist() == [600] * 10  # still every sample once
+    size = {frozenset({0, 1}): 120, frozenset({2, 3}): 300, frozenset({4, 5}): 400, frozenset({6, 7}): 600}
+    size[frozenset({8, 9})] = 1200  # a mode's 1,200 samples over its k clients
+    assert all(len(i) == size[frozenset(c)] for i, c in zip(client_indices(part), classes_of(part)))
+
+
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_label_quantity_niid_bench_semantics(k):
     part = make_partition(LABELS, "label_quantity", 10, seed=1, k=k)

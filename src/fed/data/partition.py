@@ -59,6 +59,8 @@ def multimodal(
     shares: Sequence[float] = (0.50, 0.20, 0.15, 0.10, 0.05),
     classes_per_mode: int = 2,
     client_size: int | None = None,
+    reuse: bool = False,
+    permute_classes: bool = True,
 ) -> list[np.ndarray]:
     """Subpopulations of unequal prevalence (our reading of WAFFLe's multimodal non-IID, see docs/deviations.md).
 
@@ -67,25 +69,43 @@ def multimodal(
     popular modes' classes dominate the client population. By default a mode's data are split equally among its
     clients, class by class, so the whole training set is used (clients of a rare mode hold more samples).
     ``client_size`` instead gives every client the same number of samples (both classes in equal parts), which
-    leaves data unused and makes the classes imbalanced in aggregate as well.
+    leaves data unused and makes the classes imbalanced in aggregate as well (aggregate class counts proportional
+    to ``shares``). ``reuse`` (with ``client_size``) draws each client's samples of a class independently of the
+    other clients' (without replacement within a client), so clients of a popular mode may share samples and
+    ``client_size`` is bounded by the class sizes only. ``permute_classes=False`` takes the modes in label order
+    (classes 0-1 are the mode of ``shares[0]``, 2-3 of ``shares[1]``, …): the same modes for every seed.
     """
     classes = np.unique(labels)
     num_modes = len(classes) // classes_per_mode
     if len(shares) != num_modes:
         raise ValueError(f"multimodal: {len(shares)} shares given for {num_modes} modes of {classes_per_mode} classes")
-    modes = rng.permutation(classes)[: num_modes * classes_per_mode].reshape(num_modes, classes_per_mode)
+    if reuse and client_size is None:
+        raise ValueError("multimodal: reuse needs client_size (the default already uses every sample once)")
+    ordered = rng.permutation(classes) if permute_classes else classes
+    modes = ordered[: num_modes * classes_per_mode].reshape(num_modes, classes_per_mode)
     clients_per_mode = _largest_remainder(np.asarray(shares, dtype=float), num_clients)
     if client_size is not None:
         per_class = client_size // classes_per_mode
-        cap = min(int((labels == c).sum()) // k for mode, k in zip(modes, clients_per_mode) if k > 0 for c in mode)
+        cap = min(
+            int((labels == c).sum()) // (1 if reuse else k)
+            for mode, k in zip(modes, clients_per_mode)
+            if k > 0
+            for c in mode
+        )
         if per_class > cap or per_class == 0:
             raise ValueError(
                 f"multimodal: client_size {client_size} needs {per_class} samples per class but the data allow "
-                f"{cap} without reuse"
+                f"{cap} " + ("per class" if reuse else "without reuse")
             )
     parts: list[np.ndarray] = []
     for mode, k in zip(modes, clients_per_mode):
         if k == 0:
+            continue
+        if reuse:  # each client draws its own per_class samples of every class of its mode
+            members = [np.flatnonzero(labels == c) for c in mode]
+            parts.extend(
+                np.sort(np.concatenate([rng.choice(m, per_class, replace=False) for m in members])) for _ in range(k)
+            )
             continue
         pools = [rng.permutation(np.flatnonzero(labels == c)) for c in mode]
         if client_size is not None:
