@@ -25,6 +25,7 @@ def reasons(rec, config=CONFIG, params=None, part=PART, tune=None):
 def test_a_cell_run_with_the_config_s_settings_is_current():
     assert reasons(record()) == []
     assert reasons(record(), config={**CONFIG, "note": "a new caption"}) == []  # labels change no number
+    assert reasons(record(), config={**CONFIG, "report": "best"}) == []  # metrics.json holds last and best rounds
 
 
 def test_any_changed_setting_method_parameter_or_partition_makes_it_stale():

@@ -7,8 +7,9 @@ from __future__ import annotations
 import math
 from typing import Any
 
-# settings that change no number of a cell: labels, where checkpoints go and how often
-NEUTRAL = {"note", "reduction", "checkpoint_every", "device"}
+# settings that change no number of a cell: labels, where checkpoints go and how often, and which round a table
+# reports (every metrics.json holds both the last and the best round)
+NEUTRAL = {"note", "reduction", "checkpoint_every", "device", "report"}
 
 
 def json_safe(value: Any) -> Any:
