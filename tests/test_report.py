@@ -1,5 +1,6 @@
 """The HTML report as a person sees it: rendered in headless Chromium, tables and figures visible."""
 
+import os
 import shutil
 import time
 
@@ -63,6 +64,8 @@ def test_report_shows_tables_and_figures(smoke_run, browser, tmp_path):
     assert "Table cells per verdict" in landing and "zda_best_local_accuracy" in landing, landing[:2000]
     for category in ("Summary", "Tables", "Figures", "Partitions"):
         assert browser.find_elements(By.LINK_TEXT, category), f"no {category} category in the report"
+    if os.environ.get("FEDREPRO_SCREENSHOT"):  # README's picture: FEDREPRO_SCREENSHOT=docs/img/report.png
+        browser.save_screenshot(str(REPO / os.environ["FEDREPRO_SCREENSHOT"]))
 
     open_item(browser, "Tables", "reports/tables/fedzda/table1.html")
     frame = browser.find_element(By.TAG_NAME, "iframe")
