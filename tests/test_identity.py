@@ -66,15 +66,20 @@ def test_an_edit_changes_exactly_the_runs_that_execute_it(package_copy):
 
 
 def planned(stdout: str, rule: str) -> list[dict[str, str]]:
-    """The wildcards of every job of ``rule`` in a dry run."""
-    jobs = [block for block in stdout.split("\n\n") if re.search(rf"^(local)?rule {rule}:", block, re.M)]
-    return [dict(re.findall(r"(\w+)=([^,\s]+)", re.search(r"wildcards: (.*)", b)[1])) for b in jobs]
+    """The wildcards of every job of ``rule`` in a dry run (each job: from its ``rule …:`` line to the next)."""
+    jobs = re.finditer(r"^(?:local)?rule (\w+):\n(.*?)(?=^\[|^(?:local)?rule |\Z)", stdout, re.M | re.S)
+    return [
+        dict(re.findall(r"(\w+)=([^,\s]+)", re.search(r"wildcards: (.*)", m[2])[1]))
+        for m in jobs
+        if m[1] == rule and "wildcards:" in m[2]
+    ]
 
 
 @pytest.mark.slow
 def test_snakemake_reruns_what_an_edit_changes_and_nothing_else(smoke_run, tmp_path):
     workdir, _ = smoke_run
     repo = tmp_path / "repo"
+    repo.mkdir()
     for part in ("Snakefile", "config.yaml", "config", "workflow", "envs", "src"):
         copy = shutil.copytree if (REPO / part).is_dir() else shutil.copyfile
         copy(
