@@ -91,10 +91,10 @@ def summary_rst(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
         "====================",
         "",
         "*Reproduced*: within the stated tolerance of the paper; *not comparable*: our preset departs from the"
-        " paper's protocol. Tables: every cell; Summary: the claims with their statements and evidence.",
+        " paper's protocol. Tables: every cell; Summary: the counts per table and the claims with their statements and"
+        " evidence.",
         "",
         _csv_table("Table cells per verdict, per paper", paper_counts(counts)),
-        _csv_table("Per table", counts.drop(columns="cells")),
     ]
     verdicts = [df.assign(paper=paper)[["paper", "claim", "verdict"]] for paper, df in claims.items()]
     if verdicts:
