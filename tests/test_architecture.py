@@ -1,18 +1,16 @@
 """The package's shape: Fed-ZDA numbers unchanged by the issue-7 refactor, no import cycles, algorithms never see
 the engine."""
 
-import ast
 import json
 import runpy
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from conftest import REPO
 
-PKG = REPO / "src" / "fed"
+from fed.identity import import_graph
 
 
 def cpu_model() -> str:
@@ -43,34 +41,9 @@ def test_fedzda_smoke_cells_identical_to_before_the_refactor(tmp_path, monkeypat
                 assert new[key] == pytest.approx(value, rel=rel, abs=1e-9), (method, old["round"], key)
 
 
-def runtime_imports(path: Path) -> set[str]:
-    """fed.* modules a file imports at run time (imports under ``if TYPE_CHECKING:`` do not count)."""
-    tree = ast.parse(path.read_text())
-    skip = {
-        id(n)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
-        for n in ast.walk(node)
-    }
-    out = set()
-    for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
-        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("fed"):
-            out.add(node.module)
-            out |= {f"{node.module}.{a.name}" for a in node.names}
-        elif isinstance(node, ast.Import):
-            out |= {a.name for a in node.names if a.name.startswith("fed")}
-    return out
-
-
 def module_graph() -> dict[str, set[str]]:
-    names = {}
-    for path in PKG.rglob("*.py"):
-        rel = path.relative_to(PKG.parent).with_suffix("")
-        parts = rel.parts[:-1] if rel.name == "__init__" else rel.parts
-        names[".".join(parts)] = path
-    return {m: {i for i in runtime_imports(p) if i in names and i != m} for m, p in names.items()}
+    """fed module → the fed modules it imports at run time (``fed.identity``'s reading of the source)."""
+    return {m: set(deps) for m, deps in import_graph().items()}
 
 
 def test_no_import_cycle_in_fed():
