@@ -38,7 +38,7 @@ localrules:
 rule all:
     default_target: True
     input:
-        table_outputs(),
-        figure_outputs(),
-        partition_figures(),
-        tracking_outputs(),
+        GRID.table_outputs(),
+        GRID.figure_outputs(),
+        GRID.partition_figures(),
+        GRID.tracking_outputs(),

@@ -138,21 +138,9 @@ def _kv(pairs: list[str]) -> dict:
 def check_files(overlays: list[str]) -> list[str]:
     """The workflow's config (the checkout's config.yaml, the papers' files, then ``overlays``), validated by the
     schema and ``check_config``; raises ValueError naming the file (and line, for YAML errors) or every problem."""
-    from snakemake.utils import update_config, validate
+    from fed.validate import checked_files
 
-    from fed.config import load_yaml, with_papers
-    from fed.validate import check_config, schema_error
-
-    repo = _repo()
-    config = load_yaml(repo / "config.yaml")
-    for path in overlays:
-        update_config(config, load_yaml(path))
-    config = with_papers(config, repo / "config" / "papers")
-    try:
-        validate(config, str(repo / "workflow" / "schemas" / "config.schema.yaml"))
-    except Exception as err:
-        raise ValueError(schema_error(err)) from None
-    return check_config(config)
+    return checked_files(overlays, _repo())[1]
 
 
 def _repo() -> Path:

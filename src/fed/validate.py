@@ -5,8 +5,10 @@ Lives above ``fed.config`` (which holds only types), so that nothing below impor
 
 from __future__ import annotations
 
+import copy
 import inspect
 import re
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -251,6 +253,40 @@ def parameter_errors(cls: type, params: dict[str, Any]) -> list[str]:
         except (TypeError, ValueError) as err:
             errors.append(f"bad parameters for {cls.name}: {err}")
     return errors
+
+
+def checked_config(config: dict[str, Any], repo: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """The workflow config as every job sees it: ``config`` (config.yaml with its overlays) with each paper's file
+    of ``repo/config/papers`` merged under it, booleans given as ``--config`` strings read as booleans, the schema's
+    defaults set, and cross-checked by ``check_config``. Returns (config, warnings); raises ValueError naming every
+    problem (the workflow turns it into an error before any job starts)."""
+    from snakemake.utils import validate
+
+    from fed.config import with_papers
+
+    repo = Path(repo)
+    merged = with_papers(copy.deepcopy(config), repo / "config" / "papers")  # the caller's config stays as it is
+    for key in ("download", "warm_start"):  # --config download=false arrives as the string "false"
+        if str(merged.get(key)).lower() in ("true", "false"):
+            merged[key] = str(merged[key]).lower() == "true"
+    try:
+        validate(merged, str(repo / "workflow" / "schemas" / "config.schema.yaml"))  # sets the schema's defaults
+    except Exception as err:
+        raise ValueError(schema_error(err)) from None
+    return merged, check_config(merged)
+
+
+def checked_files(overlays: list[str | Path], repo: str | Path) -> tuple[dict[str, Any], list[str]]:
+    """``checked_config`` of ``repo``'s config.yaml with ``overlays`` merged over it in order, as
+    ``snakemake --configfile <overlays>`` merges them; a YAML error names the file and line."""
+    from snakemake.utils import update_config
+
+    from fed.config import load_yaml
+
+    config = load_yaml(Path(repo) / "config.yaml")
+    for path in overlays:
+        update_config(config, load_yaml(path))
+    return checked_config(config, repo)
 
 
 def schema_error(err: Exception) -> str:

@@ -7,8 +7,8 @@ rule prepare_data:
         "../../envs/fed.yaml"
     params:
         root=lambda w, output: str(Path(output[0]).parents[1]),
-        download=config["download"],
-        synthetic=config["synthetic"],
+        download=CONFIG["download"],
+        synthetic=CONFIG["synthetic"],
     script:
         "../scripts/prepare_data.py"
 
@@ -23,8 +23,8 @@ rule partition:
     conda:
         "../../envs/fed.yaml"
     params:
-        spec=lambda w: config["partitions"][w.partition],
-        preset=lambda w: preset(w.preset),
+        spec=lambda w: CONFIG["partitions"][w.partition],
+        preset=lambda w: GRID.preset(w.preset),
     script:
         "../scripts/partition.py"
 

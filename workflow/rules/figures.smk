@@ -3,29 +3,24 @@
 
 rule figure:
     input:
-        unpack(figure_inputs),
+        unpack(lambda w: GRID.figure_inputs(GRID.figure(w.figure))),
     output:
         png=report(
-            f"{REPORTS}/figures/{{figure}}.png",
+            f"{FIGURE}.png",
             caption="../report/figure.rst",
             category="Figures",
-            subcategory=lambda w: config["figures"][FIGURES[w.figure]]["paper"],
+            subcategory=lambda w: GRID.figure(w.figure)["paper"],
         ),
-        csv=f"{REPORTS}/figures/{{figure}}.csv",
+        csv=f"{FIGURE}.csv",
     log:
         "logs/figure/{figure}.log",
     wildcard_constraints:
-        figure="|".join(FIGURES) or "NONE",
+        figure="|".join(GRID.figures) or "NONE",
     conda:
         "../../envs/fed.yaml"
     params:
-        figure=lambda w: config["figures"][FIGURES[w.figure]],
-        cells=lambda w: figure_cells(config["figures"][FIGURES[w.figure]]),
-        presets=lambda w: {
-            p: preset(p)
-            for p in FIGURE_KINDS[
-                config["figures"][FIGURES[w.figure]]["kind"]
-            ].presets(config["figures"][FIGURES[w.figure]])
-        },
+        figure=lambda w: GRID.figure(w.figure),
+        cells=lambda w: GRID.figure_cells(GRID.figure(w.figure)),
+        presets=lambda w: GRID.figure_presets(GRID.figure(w.figure)),
     script:
         "../scripts/figure.py"

@@ -1,37 +1,33 @@
 rule table:
     """Mean ± std over seeds per cell, the paper's value beside it, and the difference."""
     input:
-        lambda w: [
-            cell_path(**c) for c in table_cells(config["tables"][TABLES[w.table]])
-        ],
+        lambda w: [GRID.cell_path(**c) for c in GRID.table_cells(GRID.table(w.table))],
     output:
-        csv=f"{REPORTS}/tables/{{table}}.csv",
-        md=f"{REPORTS}/tables/{{table}}.md",
+        csv=f"{TABLE}.csv",
+        md=f"{TABLE}.md",
         html=report(
-            f"{REPORTS}/tables/{{table}}.html",
+            f"{TABLE}.html",
             caption="../report/table.rst",
             category="Tables",
-            subcategory=lambda w: config["tables"][TABLES[w.table]]["paper"],
+            subcategory=lambda w: GRID.table(w.table)["paper"],
         ),
     log:
         "logs/table/{table}.log",
     wildcard_constraints:
-        table="|".join(TABLES) or "NONE",
+        table="|".join(GRID.tables) or "NONE",
     conda:
         "../../envs/fed.yaml"
     params:
-        table=lambda w: config["tables"][TABLES[w.table]],
-        preset=lambda w: preset(config["tables"][TABLES[w.table]]["preset"]),
-        cells=lambda w: table_cells(config["tables"][TABLES[w.table]]),
-        verdict=config["verdict"],
+        table=lambda w: GRID.table(w.table),
+        preset=lambda w: GRID.preset(GRID.table(w.table)["preset"]),
+        cells=lambda w: GRID.table_cells(GRID.table(w.table)),
+        verdict=CONFIG["verdict"],
         sweeps=lambda w: {
-            m: SWEEPS[m]
-            for m in config["tables"][TABLES[w.table]]["methods"]
-            if m in SWEEPS
+            m: GRID.sweeps[m]
+            for m in GRID.table(w.table)["methods"]
+            if m in GRID.sweeps
         },
-        implemented=lambda w: [
-            m for m in config["methods"] if algorithm(m) in ALGORITHMS
-        ],
+        implemented=GRID.implemented(),
     script:
         "../scripts/table.py"
 
@@ -40,7 +36,7 @@ rule costs:
     """Wall time and generation time of every method of a paper's tables, relative to FedAvg; and their privacy
     ledger (what left the clients, and the guarantees stated for it)."""
     input:
-        lambda w: [cell_path(**c) for c in cost_cells(w.paper, w.preset)],
+        lambda w: [GRID.cell_path(**c) for c in GRID.cost_cells(w.paper, w.preset)],
     output:
         csv=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.csv",
         md=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.md",
@@ -63,7 +59,7 @@ rule costs:
     conda:
         "../../envs/fed.yaml"
     params:
-        cells=lambda w: cost_cells(w.paper, w.preset),
+        cells=lambda w: GRID.cost_cells(w.paper, w.preset),
     script:
         "../scripts/costs.py"
 
@@ -71,7 +67,7 @@ rule costs:
 rule claims:
     """A paper's headline statements, each supported / contradicted / inconclusive by a test over seeds."""
     input:
-        unpack(lambda w: claim_sources(w.paper)),
+        unpack(lambda w: GRID.claim_sources(w.paper)),
     output:
         csv=f"{REPORTS}/tables/{{paper}}/claims.csv",
         md=f"{REPORTS}/tables/{{paper}}/claims.md",
@@ -87,9 +83,11 @@ rule claims:
         "../../envs/fed.yaml"
     params:
         claims=lambda w: {
-            n: c for n, c in config["claims"].items() if c["paper"] == w.paper
+            n: c for n, c in CONFIG["claims"].items() if c["paper"] == w.paper
         },
-        reductions=lambda w: {s: source_reduction(s) for s in claim_sources(w.paper)},
+        reductions=lambda w: {
+            s: GRID.source_reduction(s) for s in GRID.claim_sources(w.paper)
+        },
     script:
         "../scripts/claims.py"
 
@@ -97,8 +95,8 @@ rule claims:
 rule summary:
     """The report's opening page: table cells per verdict, per paper and table, and every paper's claims."""
     input:
-        tables=[f"{REPORTS}/tables/{t}.csv" for t in TABLES],
-        claims=[f"{REPORTS}/tables/{p}/claims.csv" for p in sorted(CLAIM_PAPERS)],
+        tables=[f"{REPORTS}/tables/{t}.csv" for t in GRID.tables],
+        claims=[f"{REPORTS}/tables/{p}/claims.csv" for p in sorted(GRID.claim_papers)],
     output:
         rst=f"{REPORTS}/summary.rst",
         md=f"{REPORTS}/summary.md",
@@ -112,8 +110,8 @@ rule summary:
     conda:
         "../../envs/fed.yaml"
     params:
-        tables=list(TABLES),
-        papers={t: config["tables"][name]["paper"] for t, name in TABLES.items()},
-        claim_papers=sorted(CLAIM_PAPERS),
+        tables=list(GRID.tables),
+        papers={t: GRID.table(t)["paper"] for t in GRID.tables},
+        claim_papers=sorted(GRID.claim_papers),
     script:
         "../scripts/summary.py"

@@ -18,7 +18,7 @@ rule mlflow_log:
     """
     input:
         store=MLFLOW_READY,
-        metrics=lambda w: trained_cells(w.paper),
+        metrics=lambda w: GRID.trained_cells(w.paper),
     output:
         f"{RESULTS}/mlflow/{{paper}}.logged.tsv",
     log:
@@ -38,29 +38,27 @@ rule stage:
     input:
         unpack(stage_inputs),
     output:
-        f"{RESULTS}/stages/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/{{stage}}.pt",
+        f"{RESULTS}/stages/{STAGE}.pt",
     log:
         "logs/stage/{preset}/{dataset}/{partition}/seed{seed}/{stage}.log",
     conda:
         "../../envs/fed.yaml"
-    threads: config["train_threads"]
+    threads: CONFIG["train_threads"]
     resources:
-        mem_mb=config["train_mem_mb"],
-        runtime=config["train_runtime_min"],
-        gpu=config["gpu_per_job"],
+        mem_mb=CONFIG["train_mem_mb"],
+        runtime=CONFIG["train_runtime_min"],
+        gpu=CONFIG["gpu_per_job"],
     params:
         # plain data, not a fed.stages.Stage: unpickling a fed object would import `fed` before the script puts
         # this checkout's src/ first on sys.path (another checkout's editable install would win)
-        stage=lambda w: stage_record(
-            STAGES[(w.preset, w.dataset, w.partition, int(w.seed))][w.stage]
-        ),
+        stage=stage_record,
         # the method a tuning stage tunes (its spec with `tune:`), else None
-        method_name=lambda w: stage_method(w),
-        method=lambda w: config["methods"].get(stage_method(w)),
-        preset=lambda w: preset(w.preset),
+        method_name=lambda w: GRID.stage_method(key(w), w.stage),
+        method=lambda w: CONFIG["methods"].get(GRID.stage_method(key(w), w.stage)),
+        preset=lambda w: GRID.preset(w.preset),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
         code=stage_code,  # fed.identity: an edit to the code it runs reruns it, a report edit does not
-        work_dir=f"{RESULTS}/work/stages/{{preset}}/{{dataset}}/{{partition}}/seed{{seed}}/{{stage}}",
+        work_dir=f"{RESULTS}/work/stages/{STAGE}",
     script:
         "../scripts/stage.py"
 
@@ -69,41 +67,25 @@ rule train:
     input:
         unpack(train_inputs),
     output:
-        metrics=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/metrics.json",
-        history=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/history.csv",
-        model=f"{RESULTS}/runs/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}/model.pt",
+        metrics=f"{CELL}/metrics.json",
+        history=f"{CELL}/history.csv",
+        model=f"{CELL}/model.pt",
     log:
         "logs/train/{preset}/{dataset}/{partition}/{method}/seed{seed}.log",
     conda:
         "../../envs/fed.yaml"
-    threads: config["train_threads"]
+    threads: CONFIG["train_threads"]
     resources:
-        mem_mb=config["train_mem_mb"],
-        runtime=config["train_runtime_min"],
-        gpu=config["gpu_per_job"],
+        mem_mb=CONFIG["train_mem_mb"],
+        runtime=CONFIG["train_runtime_min"],
+        gpu=CONFIG["gpu_per_job"],
     params:
-        preset=lambda w: preset(w.preset),
-        method=lambda w: config["methods"][w.method],
+        preset=lambda w: GRID.preset(w.preset),
+        method=lambda w: CONFIG["methods"][w.method],
         data_root=lambda w, input: str(Path(input.data).parents[1]),
-        code=lambda w: algorithm_code_hash(algorithm(w.method)),  # fed.identity: its method's code and the engine's
+        code=lambda w: algorithm_code_hash(GRID.algorithm(w.method)),  # fed.identity: its method's and the engine's
         # checkpoints live outside the declared outputs, so a killed job resumes instead of restarting
         work_dir=f"{RESULTS}/work/{{preset}}/{{dataset}}/{{partition}}/{{method}}/seed{{seed}}",
-        tracking=lambda w: {
-            "uri": TRACKING_URI,
-            "experiment": CELL_PAPER[
-                (w.preset, w.dataset, w.partition, w.method, int(w.seed))
-            ],
-            "tags": {
-                "paper": CELL_PAPER[
-                    (w.preset, w.dataset, w.partition, w.method, int(w.seed))
-                ],
-                "preset": w.preset,
-                "dataset": w.dataset,
-                "partition": w.partition,
-                "method": w.method,
-                "algorithm": algorithm(w.method),
-                "seed": w.seed,
-            },
-        },
+        tracking=train_tracking,
     script:
         "../scripts/train.py"

@@ -1,5 +1,5 @@
 """Registry of figure kinds: one module per kind, holding the config keys it takes, the cells it reads and how it
-draws them. The workflow (``common.smk``) asks a kind for its cells; ``workflow/scripts/figure.py`` asks it to draw.
+draws them. The grid (``fed.grid``) asks a kind for its cells; ``workflow/scripts/figure.py`` asks it to draw.
 
 A kind module defines
 - ``KEYS``: its config keys beyond the common ones: name → (required, JSON schema of the value);
