@@ -86,3 +86,33 @@ def test_report_shows_tables_and_figures(smoke_run, browser, tmp_path):
     browser.save_screenshot(str(tmp_path / "report-fig5.png"))
     assert any(img.size["width"] > 300 for img in images), "the figure is not shown"
     assert (tmp_path / "report-table1.png").stat().st_size > 10_000
+
+
+@pytest.mark.slow
+def test_every_caption_parses_and_its_rerun_command_is_the_one_used(smoke_run, tmp_path):
+    """Captions are RST: a title with |D_k| once rendered as a docutils error. Each caption's re-run command carries
+    the --configfile the report was built with (without it the preset may not exist) and dry-runs as written."""
+    import html
+    import re
+    import shlex
+
+    workdir, _ = smoke_run
+    report = tmp_path / "report.html"
+    smoke = str(REPO / "config/smoke.yaml")
+    snakemake(workdir, "--configfile", smoke, "--report", str(report))
+    text = report.read_text()
+    assert "System Messages" not in text
+    commands = [
+        html.unescape(re.sub(r"<[^>]+>", "", m)).replace('\\"', '"')
+        for m in re.findall(r'Re-run: <tt class=\\"docutils literal\\">(.*?)</tt>', text)
+    ]
+    assert len(commands) > 10
+    by_rule = {}
+    for command in commands:
+        words = shlex.split(command)
+        assert words[0] == "snakemake" and words[-2:] == ["--configfile", smoke], command
+        by_rule.setdefault(words[words.index("--forcerun") + 1], words)
+    assert set(by_rule) == {"table", "costs", "claims", "figure", "plot_partition"}
+    for words in by_rule.values():
+        proc = snakemake(workdir, "-n", *words[1:])
+        assert "--forcerun" in " ".join(words) and proc.returncode == 0
