@@ -290,11 +290,11 @@ def test_fedbr_is_the_authors_min_max_update(monkeypatch, mixture):
 
 # ------------------------------------------------------------------ CCVR
 @pytest.mark.parametrize(
-    "source,calibrate,f", [("gaussian", 2, 0.4), ("features", 2, 0.4), ("features", 2, 0.1), (None, None, 0.4)]
+    "source,calibrate,f", [("gaussian", 2, 0.4), ("features", 2, 0.4), ("features", 2, 0.25), (None, None, 0.4)]
 )
 def test_ccvr_calibrates_the_classifier_on_virtual_features(monkeypatch, source, calibrate, f):
     """``source``/``calibrate`` None: not given, the defaults (the paper: Gaussians, after the last round). With
-    f = 0.1 every client (6–9 samples) shares the representation of one sample."""
+    f = 0.25 a client of 6–9 samples shares ⌊f n⌋ = 1 or 2 representations (FLea's count; round(f n) would be 2)."""
     M, epochs, lr = 7, 2, 0.3
     with float64():
         ctx = tiny_context(monkeypatch)
@@ -335,7 +335,7 @@ def test_ccvr_calibrates_the_classifier_on_virtual_features(monkeypatch, source,
                     zs, ys = [], []
                     for k in range(ctx.num_clients):
                         x, y = ctx.client_data(k)
-                        pick = torch.randperm(len(y), generator=ctx.rng("ccvr-share", k))[: max(1, round(f * len(y)))]
+                        pick = torch.randperm(len(y), generator=ctx.rng("ccvr-share", k))[: math.floor(f * len(y))]
                         zs.append(net.body(x[pick]))
                         ys.append(y[pick])
                     z_v, y_v = torch.cat(zs), torch.cat(ys)
@@ -498,3 +498,13 @@ def test_fedzdas_is_algorithm_3(monkeypatch, keep_bn_statistics):
             state = trained
     check_sampling(ctx, sampled)
     assert_state(state_of(ctx.model), state, "global model")
+
+
+def test_ccvr_features_that_share_nothing_say_so(monkeypatch):
+    """⌊f n⌋ = 0 for every client of 6–9 samples at f = 0.1: no representation to calibrate on is an error that says
+    why, not an empty layer fit."""
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        ccvr = build_algorithm("ccvr", source="features", feature_fraction=0.1, calibrate_round=1)
+        with pytest.raises(ValueError, match="shares no representation"):
+            run_rounds(ctx, ccvr, 1)

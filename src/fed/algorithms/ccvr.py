@@ -9,11 +9,13 @@ representations z = ``embed``(x) of the global model, with the rest of the model
       Σ_c = Σ_k (N_c,k − 1)/(N_c − 1) Σ_c,k + Σ_k N_c,k/(N_c − 1) μ_c,k μ_c,kᵀ − N_c/(N_c − 1) μ_c μ_cᵀ
   and draws M_c virtual representations from N(μ_c, Σ_c).
 - ``source: features`` (FLea's App. C: "the same amount of features as our method ... the features instead of
-  distributions"): each client sends the z of a random ``feature_fraction`` of its samples, with their labels, and
-  the server fits the layer on them.
+  distributions"): each client sends the z of ⌊``feature_fraction``·|D_k|⌋ random samples (FLea's count), with
+  their labels, and the server fits the layer on them.
 """
 
 from __future__ import annotations
+
+import math
 
 import torch
 import torch.nn.functional as F
@@ -117,9 +119,14 @@ class CCVR(Algorithm):
         zs, ys = [], []
         for k in range(ctx.num_clients):
             x, y = ctx.client_data(k)
-            n = max(1, round(self.feature_fraction * len(y)))
+            n = math.floor(self.feature_fraction * len(y))  # FLea's ⌊α|D_k|⌋: "the same amount of features"
             pick = torch.randperm(len(y), generator=ctx.rng("ccvr-share", k))[:n].to(y.device)
             zs.append(self._embed(model, x[pick]))
             ys.append(y[pick])
         ctx.share("features", sum(len(v) for v in ys))
+        if not sum(len(v) for v in ys):
+            raise ValueError(
+                f"CCVR: feature_fraction {self.feature_fraction} shares no representation (every client has fewer"
+                f" than {math.ceil(1 / self.feature_fraction)} samples)"
+            )
         return torch.cat(zs), torch.cat(ys)
