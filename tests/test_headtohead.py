@@ -1,0 +1,71 @@
+"""The head-to-head config (issue 27): the full grid's size, the methods' hyper-parameters equal to their papers',
+and the CPU overlay cuts only what its caption says."""
+
+import pytest
+from conftest import REPO
+
+from fed.config import load_yaml
+from fed.grid import Grid
+
+PAPERS = {  # h2h method -> (paper file, method there)
+    "h2h_fedzdac": ("fedzda", "fedzdac"),
+    "h2h_fedzdas": ("fedzda", "fedzdas"),
+    "h2h_feddpms": ("feddpms", "feddpms"),
+    "h2h_dafl": ("dafl", "dafl_gamma0.01"),
+    "h2h_flea": ("flea", "flea"),
+    "h2h_fedprox": ("flea", "fedprox_flea"),
+}
+
+
+@pytest.fixture(scope="module")
+def full():
+    return Grid.from_files([REPO / "config/headtohead.yaml"], REPO)
+
+
+@pytest.fixture(scope="module")
+def cpu():
+    return Grid.from_files([REPO / "config/headtohead.yaml", REPO / "config/headtohead_cpu.yaml"], REPO)
+
+
+def test_the_full_grid_is_12_methods_by_6_regimes_by_3_seeds_on_one_model_and_protocol(full):
+    table = full.config["tables"]["headtohead_leaderboard"]
+    assert len(table["methods"]) == 12 and len(table["partitions"]) == 6 and table["seeds"] == [0, 1, 2]
+    assert len(full.cell_paper) == 216 and set(full.cell_paper.values()) == {"headtohead"}
+    assert {k[0] for k in full.cell_paper} == {"headtohead"} and full.preset("headtohead")["model"] == "cnn_mnist"
+    kinds = sorted(s.kind for stages in full.stages.values() for s in stages.values())
+    # per regime and seed: DA-FL's GANs, FedDPMS' Stage I, Fed-ZDA's FedAvg prefix; per regime: two tunings (seed 0)
+    assert {k: kinds.count(k) for k in set(kinds)} == {
+        "dp_cgan": 18,
+        "vae_prelim": 18,
+        "fedavg_prefix": 18,
+        "tuning": 12,
+    }
+
+
+@pytest.mark.parametrize("h2h,paper", PAPERS.items())
+def test_each_method_has_its_papers_hyper_parameters(full, h2h, paper):
+    """The h2h_ entries copy their paper's method; only the start round (Fed-ZDA's 80 % of the rounds) and
+    FedProx's grid (FLea tunes μ over 3 values, we over 4) may differ."""
+    file, name = paper
+    theirs = load_yaml(REPO / f"config/papers/{file}.yaml")["methods"][name]
+    ours = full.config["methods"][h2h]
+    if h2h == "h2h_fedprox":
+        assert ours["algorithm"] == theirs["algorithm"] and set(theirs["tune"]["grid"]["mu"]) < set(
+            ours["tune"]["grid"]["mu"]
+        )
+        return
+    assert ours == theirs
+
+
+def test_the_cpu_overlay_cuts_rounds_epochs_and_budgets_not_the_grid(full, cpu):
+    table, cut = full.config["tables"]["headtohead_leaderboard"], cpu.config["tables"]["headtohead_leaderboard"]
+    assert {k: v for k, v in cut.items() if k != "preset"} == {k: v for k, v in table.items() if k != "preset"}
+    assert cut["preset"] == "headtohead_cpu" and len(cpu.cell_paper) == 216
+    preset = cpu.preset("headtohead_cpu")
+    changed = {k for k, v in preset.items() if full.preset("headtohead").get(k) != v}
+    assert changed == {"rounds", "local_epochs", "eval_every", "checkpoint_every", "reduction"}
+    # augmentation starts at the same share of the rounds
+    assert cpu.config["methods"]["h2h_fedzdac"]["start_round"] / preset["rounds"] == 0.8
+    assert full.config["methods"]["h2h_fedzdac"]["start_round"] / full.preset("headtohead")["rounds"] == 0.8
+    dpms = cpu.config["methods"]["h2h_feddpms"]["preliminary_rounds"]
+    assert dpms / preset["rounds"] == full.config["methods"]["h2h_feddpms"]["preliminary_rounds"] / 100
