@@ -210,3 +210,19 @@ def test_fedgen_is_fedavg_before_its_start_round():
     ctx = SimpleNamespace(round=29, round_metrics={})
     fedgen.server_update(ctx, None, [])  # round 29: no generator step (it would need the clients' models)
     assert not fedgen._trained and ctx.round_metrics == {}
+
+
+def test_ccvr_pooled_statistics_folded_client_by_client_equal_the_pool_of_all():
+    """CCVR's server folds each client's class statistics into one running pool (a d×d covariance per class, not per
+    client: at d = 1,568 and 100 clients the list of parts took 24 GB). Pooling is associative: folding pairwise
+    gives the pool of all parts, one-sample parts included."""
+    g = torch.Generator().manual_seed(3)
+    parts = [class_statistics(torch.randn(n, 4, generator=g, dtype=torch.float64), torch.zeros(n, dtype=torch.long), 1)[0]
+             for n in (1, 5, 2, 1, 7)]  # fmt: skip
+    folded = parts[0]
+    for part in parts[1:]:
+        folded = combine_statistics([folded, part])
+    n, mean, cov = combine_statistics(parts)
+    assert folded[0] == n == 16
+    torch.testing.assert_close(folded[1], mean)
+    torch.testing.assert_close(folded[2], cov)

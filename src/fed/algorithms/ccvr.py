@@ -96,17 +96,18 @@ class CCVR(Algorithm):
 
     def virtual(self, ctx, model):
         """M_c virtual representations per class from the clients' pooled Gaussians."""
-        per_class: dict[int, list] = {}
+        pooled: dict[int, tuple] = {}  # folded client by client: one d×d covariance per class in memory, not per client
+        sent = 0
         for k in range(ctx.num_clients):
             x, y = ctx.client_data(k)
             for c, stats in class_statistics(self._embed(model, x), y, ctx.num_classes).items():
-                per_class.setdefault(c, []).append(stats)
-        ctx.share("class_feature_statistics", sum(len(v) for v in per_class.values()))
+                pooled[c] = combine_statistics([pooled[c], stats]) if c in pooled else stats
+                sent += 1
+        ctx.share("class_feature_statistics", sent)
         gen = ctx.rng("virtual", ctx.round)
         dtype = next(model.parameters()).dtype
         zs, ys = [], []
-        for c, parts in sorted(per_class.items()):
-            n, mean, cov = combine_statistics(parts)
+        for c, (n, mean, cov) in sorted(pooled.items()):
             evals, evecs = torch.linalg.eigh(cov)  # cov^½ (covariances from few samples are singular)
             root = evecs * evals.clamp_min(0).sqrt()
             noise = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype).to(mean.device)
