@@ -217,8 +217,8 @@ def test_ccvr_pooled_statistics_folded_client_by_client_equal_the_pool_of_all():
     client: at d = 1,568 and 100 clients the list of parts took 24 GB). Pooling is associative: folding pairwise
     gives the pool of all parts, one-sample parts included."""
     g = torch.Generator().manual_seed(3)
-    parts = [class_statistics(torch.randn(n, 4, generator=g, dtype=torch.float64), torch.zeros(n, dtype=torch.long), 1)[0]
-             for n in (1, 5, 2, 1, 7)]  # fmt: skip
+    rows = [torch.randn(n, 4, generator=g, dtype=torch.float64) for n in (1, 5, 2, 1, 7)]
+    parts = [class_statistics(h, torch.zeros(len(h), dtype=torch.long), 1)[0] for h in rows]
     folded = parts[0]
     for part in parts[1:]:
         folded = combine_statistics([folded, part])

@@ -107,7 +107,7 @@ class CCVR(Algorithm):
         gen = ctx.rng("virtual", ctx.round)
         dtype = next(model.parameters()).dtype
         zs, ys = [], []
-        for c, (n, mean, cov) in sorted(pooled.items()):
+        for c, (_, mean, cov) in sorted(pooled.items()):
             evals, evecs = torch.linalg.eigh(cov)  # cov^½ (covariances from few samples are singular)
             root = evecs * evals.clamp_min(0).sqrt()
             noise = torch.randn(self.virtual_per_class, len(mean), generator=gen, dtype=mean.dtype).to(mean.device)
