@@ -1,4 +1,4 @@
-"""Leaderboards (fed.reporting.leaderboard) on hand-computed numbers: 2 regimes × 3 methods ×
+"""Leaderboards (fed.reporting.leaderboard) and the gain heat map on hand-computed numbers: 2 regimes × 3 methods ×
 3 seeds of chosen metrics.json files, one seed diverged; the checks of a leaderboard's config keys."""
 
 import copy
@@ -15,6 +15,7 @@ from snakemake.utils import validate
 
 from fed.config import with_papers
 from fed.reporting import leaderboard as lb
+from fed.reporting.figure_kinds import FIGURE_KINDS
 from fed.reporting.tables import collect_runs
 from fed.validate import check_config
 
@@ -142,6 +143,30 @@ def test_the_leaderboard_is_written_with_every_number_in_the_csv(board, tmp_path
     assert (tmp_path / "lb.html").read_text().count("<tr") == len(shown) + 1
 
 
+def test_the_gain_heatmap_draws_the_tables_numbers(tmp_path):
+    cells = write_cells(tmp_path)
+    kind = FIGURE_KINDS["gain_heatmap"]
+    fig = {"output": "t/gain", "preset": "x", "datasets": ["d"], "partitions": ["p1", "p2"], "methods": METHODS,
+           "seeds": [0, 1, 2], "metric": "global_acc", "labels": {"a": "A"}}  # fmt: skip
+    ordered = kind.cells(fig)
+    by_key = {(c["partition"], c["method"], c["seed"]): c["path"] for c in cells}
+    files = [(by_key[(c["partition"], c["method"], c["seed"])], None) for c in ordered]
+    kind.draw(fig, ordered, files, [], tmp_path / "g.png", tmp_path / "g.csv", "caption")
+    assert (tmp_path / "g.png").stat().st_size > 0
+    drawn = pd.read_csv(tmp_path / "g.csv")
+    # the table of two metrics: the figure of one has its numbers (Holm's family is per metric)
+    table = lb.leaderboard(
+        collect_runs(cells), ["d"], ["p1", "p2"], METHODS, ["global_acc", "client_acc_variance"], "best"
+    )
+    want = lb.gains(table, "global_acc")
+    assert list(drawn.regime) == ["p1", "p1", "p2", "p2", lb.ALL, lb.ALL] and set(drawn.label) == {"A", "b"}
+    for column in ("diff", "p", "p_holm"):
+        assert drawn[column].to_numpy() == pytest.approx(want[column].to_numpy())
+    assert list(drawn.significant) == list(want.significant) and set(drawn.protocol) == {"best"}
+    with pytest.raises(ValueError, match="baseline 'fedavg' is not among"):
+        kind.cells({**fig, "methods": ["a", "b"]})
+
+
 BASE = with_papers(yaml.safe_load((REPO / "config.yaml").read_text()), REPO / "config/papers")
 SCHEMA = str(REPO / "workflow/schemas/config.schema.yaml")
 LEADERBOARD = {
@@ -197,3 +222,13 @@ def test_an_unknown_layout_and_a_claim_on_a_leaderboard_are_rejected():
     claim = {"paper": "fedzda", "statement": "s", "kind": "best_method", "source": "board", "metric": "global_acc"}
     with pytest.raises(ValueError, match="claim 'c': reads the leaderboard 'board'"):
         checked(claims={"c": {**claim, "methods": ["fedzdac"]}})
+
+
+def test_a_heatmap_without_its_baseline_or_with_an_unknown_metric_is_rejected():
+    fig = {"paper": "fedzda", "kind": "gain_heatmap", "output": "fedzda/gain", "datasets": ["fmnist"], "seeds": [0, 1]}
+    fig |= {"preset": "fedzda", "partitions": ["unimodal"], "methods": ["fedprox", "fedzdac"]}
+    with pytest.raises(ValueError, match="figure 'gain': baseline 'fedavg' is not among the figure's methods"):
+        checked(figures={"gain": fig})
+    with pytest.raises(ValueError, match="figure 'gain': metric: 'accuracy' is not one of"):
+        checked(figures={"gain": {**fig, "methods": ["fedavg", "fedzdac"], "metric": "accuracy"}})
+    assert checked(figures={"gain": {**fig, "methods": ["fedavg", "fedzdac"], "baseline": "fedavg"}}) == []

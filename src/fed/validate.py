@@ -160,7 +160,11 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
         kind.stages(fig, defined)  # the methods whose stages it reads (e.g. DA-FL's GANs per ε0)
     except KeyError as err:
         return [f"figure {name!r}: unknown method {err.args[0]!r}; defined methods: {sorted(defined)}"]
-    for c in kind.cells(fig):
+    try:
+        cells = kind.cells(fig)
+    except ValueError as err:  # keys that disagree with each other (a baseline that is not among the methods)
+        return [f"figure {name!r}: {err}"]
+    for c in cells:
         if c["dataset"] not in DATASETS:
             errors.append(f"figure {name!r}: unknown dataset {c['dataset']!r}; valid choices: {sorted(DATASETS)}")
         if c["partition"] not in config.get("partitions", {}):
