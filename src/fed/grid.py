@@ -347,6 +347,11 @@ class Grid:
         summary = [f"{self.reports}/summary.{ext}" for ext in ("rst", "md", "html")]
         return [f"{t}.{ext}" for t in tables for ext in EXTENSIONS] + summary
 
+    def verdict_tables(self) -> list[str]:
+        """The tables in the paper's layout, whose cells carry verdicts: what the summary counts (a leaderboard
+        compares methods with a baseline, not with a paper)."""
+        return [out for out, name in self.tables.items() if self.config["tables"][name].get("layout") != "leaderboard"]
+
     def figure_outputs(self) -> list[str]:
         return [f"{self.reports}/figures/{f}.png" for f in self.figures]
 

@@ -21,7 +21,10 @@ from fed.metrics import METRICS, VALIDATION_METRICS
 from fed.models import MODELS
 from fed.reporting.claims import claim_sources
 from fed.reporting.figure_kinds import FIGURE_KINDS, key_errors
-from fed.reporting.tables import published_papers
+from fed.reporting.leaderboard import DEFAULT_BASELINE
+from fed.reporting.tables import LAYOUTS, published_papers
+
+PAPER_KEYS = ("paper_method", "paper_dataset", "paper_partition", "paper_where")  # a paper table's keys only
 
 
 def check_config(config: dict[str, Any]) -> list[str]:
@@ -57,7 +60,16 @@ def check_config(config: dict[str, Any]) -> list[str]:
     for ename, exp in config.get("tables", {}).items():
         where = f"table {ename!r}"
         errors += [f"{where}: {e}" for e in preset_errors(presets, exp["preset"], exp["datasets"])]
-        if exp.get("published", True) and exp["paper"] not in published_papers():
+        layout = exp.get("layout", "paper")
+        if layout not in LAYOUTS:
+            errors.append(f"{where}: unknown layout {layout!r}; valid choices: {list(LAYOUTS)}")
+        elif layout == "leaderboard":
+            errors += [f"{where}: {e}" for e in leaderboard_errors(exp)]
+            if len(exp["seeds"]) < 2:
+                warnings.append(f"{where}: fewer than 2 seeds: a leaderboard's paired tests need 2 and are left out")
+        elif "baseline" in exp:
+            errors.append(f"{where}: `baseline` belongs to a leaderboard (layout: leaderboard); a paper table has none")
+        if layout == "paper" and exp.get("published", True) and exp["paper"] not in published_papers():
             errors.append(
                 f"{where}: no published numbers for paper {exp['paper']!r} (valid choices: "
                 f"{published_papers()}); set `published: false` for a table without them"
@@ -97,6 +109,11 @@ def check_config(config: dict[str, Any]) -> list[str]:
                     f"claim {cname!r}: unknown source {name!r}; tables and figures: "
                     f"{sorted([*config.get('tables', {}), *config.get('figures', {})])}"
                 )
+            elif source.get("layout", "paper") == "leaderboard":
+                errors.append(
+                    f"claim {cname!r}: reads the leaderboard {name!r}; claims read paper tables and figures (a "
+                    "leaderboard tests every method against its baseline itself)"
+                )
             elif source["paper"] != claim["paper"]:
                 errors.append(f"claim {cname!r} of {claim['paper']!r} reads {name!r} of {source['paper']!r}")
         if claim["kind"] in ("trend", "correlation") and "x" not in claim:
@@ -112,6 +129,16 @@ def check_config(config: dict[str, Any]) -> list[str]:
     if errors:
         raise ValueError("invalid config:\n  - " + "\n  - ".join(dict.fromkeys(errors)))
     return warnings
+
+
+def leaderboard_errors(table: dict[str, Any]) -> list[str]:
+    """A leaderboard has no paper values, and its baseline is one of its methods."""
+    errors = [] if table.get("published") is False else ["a leaderboard has no paper values: set `published: false`"]
+    errors += [f"{k} compares with a paper; a leaderboard has no paper values" for k in PAPER_KEYS if k in table]
+    baseline = table.get("baseline", DEFAULT_BASELINE)
+    if baseline not in table["methods"]:
+        errors.append(f"baseline {baseline!r} is not among the table's methods {table['methods']}")
+    return errors
 
 
 def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> list[str]:
@@ -133,7 +160,11 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
         kind.stages(fig, defined)  # the methods whose stages it reads (e.g. DA-FL's GANs per ε0)
     except KeyError as err:
         return [f"figure {name!r}: unknown method {err.args[0]!r}; defined methods: {sorted(defined)}"]
-    for c in kind.cells(fig):
+    try:
+        cells = kind.cells(fig)
+    except ValueError as err:  # keys that disagree with each other (a baseline that is not among the methods)
+        return [f"figure {name!r}: {err}"]
+    for c in cells:
         if c["dataset"] not in DATASETS:
             errors.append(f"figure {name!r}: unknown dataset {c['dataset']!r}; valid choices: {sorted(DATASETS)}")
         if c["partition"] not in config.get("partitions", {}):

@@ -1,5 +1,7 @@
 rule table:
-    """Mean ± std over seeds per cell, the paper's value beside it, and the difference."""
+    """Mean ± std over seeds per cell, the paper's value beside it, and the difference; or a leaderboard (layout:
+    leaderboard): every method against a baseline per regime, paired tests over seeds, Holm-corrected.
+    """
     input:
         lambda w: [GRID.cell_path(**c) for c in GRID.table_cells(GRID.table(w.table))],
     output:
@@ -95,7 +97,7 @@ rule claims:
 rule summary:
     """The report's opening page: table cells per verdict, per paper and table, and every paper's claims."""
     input:
-        tables=[f"{REPORTS}/tables/{t}.csv" for t in GRID.tables],
+        tables=[f"{REPORTS}/tables/{t}.csv" for t in GRID.verdict_tables()],
         claims=[f"{REPORTS}/tables/{p}/claims.csv" for p in sorted(GRID.claim_papers)],
     output:
         rst=f"{REPORTS}/summary.rst",
@@ -110,8 +112,8 @@ rule summary:
     conda:
         "../../envs/fed.yaml"
     params:
-        tables=list(GRID.tables),
-        papers={t: GRID.table(t)["paper"] for t in GRID.tables},
+        tables=GRID.verdict_tables(),
+        papers={t: GRID.table(t)["paper"] for t in GRID.verdict_tables()},
         claim_papers=sorted(GRID.claim_papers),
     script:
         "../scripts/summary.py"

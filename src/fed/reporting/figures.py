@@ -312,3 +312,43 @@ def plot_context_attack(df, out: str | Path, title: str) -> None:
         ax.legend(fontsize=7)
     _title(fig, title)
     _save(fig, out)
+
+
+def plot_gain_heatmap(df, rows: list[str], columns: list[str], metric: str, higher: bool, out, title: str) -> None:
+    """Methods (``rows``) × regimes (``columns``) of ``metric``'s mean paired difference to the baseline (``df``:
+    ``fed.reporting.leaderboard.gains`` with a ``label`` column), each cell annotated with the number and * where
+    significant after Holm; a diverging colormap centred at 0, blue where the method is better (higher accuracy,
+    lower variance), empty cells (no pair) grey."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    from fed.metrics import LOWER_IS_BETTER
+
+    grid = df.pivot_table(index="label", columns="regime", values="diff", aggfunc="first", dropna=False)
+    grid = grid.reindex(index=rows, columns=columns)
+    marks = df.set_index(["label", "regime"]).significant
+    baseline = df.baseline.iloc[0] if len(df) else "the baseline"
+    values = grid.to_numpy(dtype=float)
+    bound = np.nanmax(np.abs(values)) if np.isfinite(values).any() else 1.0
+    bound = bound if bound > 0 else 1.0
+    fig, ax = plt.subplots(figsize=(3.0 + 1.15 * len(columns), 1.8 + 0.42 * len(rows)))
+    cmap = plt.get_cmap("RdBu" if higher else "RdBu_r").with_extremes(bad="#dddddd")
+    image = ax.imshow(np.ma.masked_invalid(values), cmap=cmap, norm=TwoSlopeNorm(0.0, -bound, bound), aspect="auto")
+    for i, label in enumerate(rows):
+        for j, regime in enumerate(columns):
+            v = values[i, j]
+            text = "—" if not np.isfinite(v) else f"{v:+.2f}" + ("*" if marks.get((label, regime), False) else "")
+            dark = np.isfinite(v) and abs(v) > 0.6 * bound
+            ax.text(j, i, text, ha="center", va="center", fontsize=8, color="white" if dark else "black")
+    ax.set_xticks(range(len(columns)), columns, rotation=30, ha="right", fontsize=8)
+    ax.set_yticks(range(len(rows)), rows, fontsize=8)
+    ax.set_xlabel(
+        f"mean paired difference to {baseline} over seeds; * p < 0.05 by a paired t-test over seeds, Holm-corrected",
+        fontsize=7,
+    )
+    if "all regimes" in columns:
+        ax.axvline(columns.index("all regimes") - 0.5, color="k", lw=1)
+    unit = "pp²" if metric in LOWER_IS_BETTER else "pp"  # the variances of accuracies (%), or accuracies
+    bar = fig.colorbar(image, ax=ax, shrink=0.9)
+    bar.set_label(f"{metric} − {baseline} ({unit})\nblue: better than {baseline}", fontsize=8)
+    _title(fig, title)
+    _save(fig, out)

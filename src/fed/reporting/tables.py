@@ -29,6 +29,8 @@ from fed.reporting.verdicts import (
     verdict,
 )
 
+LAYOUTS = ("paper", "leaderboard")  # a table's `layout`: the paper's (verdicts), or fed.reporting.leaderboard
+
 
 def published_papers() -> list[str]:
     """Papers whose published numbers we transcribed (``fed/reporting/data/<paper>.csv``)."""

@@ -49,6 +49,7 @@ NAMES = (
     "dpms_samples",
     "feature_separability",
     "flea_batch",
+    "gain_heatmap",
     "metric_vs_x",
     "reconstruction_attack",
     "stage_cost",
