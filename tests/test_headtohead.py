@@ -30,6 +30,7 @@ def cpu():
 def test_the_full_grid_is_12_methods_by_6_regimes_by_3_seeds_on_one_model_and_protocol(full):
     table = full.config["tables"]["headtohead_leaderboard"]
     assert len(table["methods"]) == 12 and len(table["partitions"]) == 6 and table["seeds"] == [0, 1, 2]
+    assert table["layout"] == "leaderboard" and table["baseline"] == "fedavg"
     assert len(full.cell_paper) == 216 and set(full.cell_paper.values()) == {"headtohead"}
     assert {k[0] for k in full.cell_paper} == {"headtohead"} and full.preset("headtohead")["model"] == "cnn_mnist"
     kinds = sorted(s.kind for stages in full.stages.values() for s in stages.values())
@@ -61,6 +62,9 @@ def test_the_cpu_overlay_cuts_rounds_epochs_and_budgets_not_the_grid(full, cpu):
     table, cut = full.config["tables"]["headtohead_leaderboard"], cpu.config["tables"]["headtohead_leaderboard"]
     assert {k: v for k, v in cut.items() if k != "preset"} == {k: v for k, v in table.items() if k != "preset"}
     assert cut["preset"] == "headtohead_cpu" and len(cpu.cell_paper) == 216
+    figure = cpu.config["figures"]["headtohead_gain"]
+    assert figure["preset"] == "headtohead_cpu" and figure["methods"] == cut["methods"]
+    assert figure["partitions"] == cut["partitions"] and figure["seeds"] == cut["seeds"]
     preset = cpu.preset("headtohead_cpu")
     changed = {k for k, v in preset.items() if full.preset("headtohead").get(k) != v}
     assert changed == {"rounds", "local_epochs", "eval_every", "checkpoint_every", "reduction"}
