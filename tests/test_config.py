@@ -176,7 +176,7 @@ def test_unknown_metric_and_paper_file_are_rejected(tmp_path):
     cfg = yaml.safe_load((REPO / "config.yaml").read_text())
     from fed.config import with_papers
 
-    choices = "\\['dafl', 'feddpms', 'fedzda', 'flea'\\]"
+    choices = "\\['dafl', 'feddpms', 'fedzda', 'flea', 'headtohead'\\]"
     with pytest.raises(ValueError, match=f"unknown paper 'fedzdaa'; valid choices: {choices}"):
         with_papers(cfg | {"papers": ["fedzdaa"]}, REPO / "config/papers")
     full = with_papers(cfg, REPO / "config/papers")

@@ -14,7 +14,15 @@ from fed.algorithms.dafl import pls_counts, pls_probabilities, sampled_counts
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
-from fed.dpgan import PSGSettings, epsilon_after, sample_rate, steps_within_budget, to_gan_space, train_psg
+from fed.dpgan import (
+    PSGSettings,
+    epsilon_after,
+    generate,
+    sample_rate,
+    steps_within_budget,
+    to_gan_space,
+    train_psg,
+)
 from fed.engine import Engine
 from fed.models.cgan import Generator
 from fed.runner import run_cell, run_stage
@@ -289,3 +297,16 @@ def test_dafl_cell_records_its_privacy_ledger(dafl_cell, synthetic_root, tmp_pat
     assert ledger["epsilon_total"] == pytest.approx(max(eps) + 1.0) and ledger["delta"] == 1e-5
     assert ledger["synthetic_samples"] > 0
     assert "raw_samples" not in ledger and not out["diverged"]
+
+
+def test_a_client_with_no_label_to_share_generates_nothing():
+    """⌊γ|D_i|⌋ = 0 (a 50-sample client at γ = 0.01) gives empty private counts: no sample, in GAN space's shape,
+    where G(z, ŷ) on an empty batch raised an IndexError (the head-to-head's 100-client regimes); a non-empty label
+    set still generates one image per label."""
+    x, y = tiny_client(40)
+    settings = PSGSettings(**TINY_GAN)
+    generator = train_psg(x, y, 3, settings, seed=0).generator
+    empty = generate(generator, torch.zeros(0, dtype=torch.long), 3, 1, settings, seed=1)
+    assert empty.shape == (0, 1, 32, 32)
+    assert pls_counts(np.bincount([0] * 50, minlength=3), 0.01, 1.0, np.random.default_rng(0)).sum() == 0
+    assert generate(generator, torch.tensor([0, 2]), 3, 1, settings, seed=1).shape == (2, 1, 32, 32)

@@ -241,7 +241,10 @@ def generate(
     settings: PSGSettings,
     seed: int,
 ) -> torch.Tensor:
-    """Algorithm 2 lines 22-26: G(z, ŷ_k) for fresh noise z, in GAN space (n, C, 32, 32)."""
+    """Algorithm 2 lines 22-26: G(z, ŷ_k) for fresh noise z, in GAN space (n, C, 32, 32). No label, no sample: a
+    client whose ⌊γ|D_i|⌋ is 0 (or whose private counts all came out 0) shares nothing."""
+    if not len(labels):
+        return torch.zeros(0, channels, GAN_SIZE, GAN_SIZE)
     G = Generator(num_classes, channels, settings.noise_dim, settings.width)
     G.load_state_dict(generator_state)
     G.eval()
