@@ -32,7 +32,7 @@ def test_the_full_grid_is_12_methods_by_6_regimes_by_3_seeds_on_one_model_and_pr
     assert len(table["methods"]) == 12 and len(table["partitions"]) == 6 and table["seeds"] == [0, 1, 2]
     assert table["layout"] == "leaderboard" and table["baseline"] == "fedavg"
     assert len(full.cell_paper) == 216 and set(full.cell_paper.values()) == {"headtohead"}
-    assert {k[0] for k in full.cell_paper} == {"headtohead"} and full.preset("headtohead")["model"] == "cnn_mnist"
+    assert {k[0] for k in full.cell_paper} == {"headtohead"} and full.preset("headtohead")["model"] == "cnn_dpms_fmnist"
     kinds = sorted(s.kind for stages in full.stages.values() for s in stages.values())
     # per regime and seed: DA-FL's GANs, FedDPMS' Stage I, Fed-ZDA's FedAvg prefix; per regime: two tunings (seed 0)
     assert {k: kinds.count(k) for k in set(kinds)} == {
