@@ -259,7 +259,7 @@ def test_ccvr_recalibrates_only_the_last_linear_layer_on_penultimate_representat
     assert math.isfinite(ccvr.history[0]["ccvr_loss"])
     if source == "features":  # FLea's App. C: the representations of 10 % of every client's samples
         sizes = [len(c["train"]) for c in partition["clients"]]
-        assert ccvr.ctx.ledger[shared] == sum(max(1, round(0.1 * n)) for n in sizes)
+        assert ccvr.ctx.ledger[shared] == sum(math.floor(0.1 * n) for n in sizes)  # ⌊α|D_k|⌋, FLea's count
     else:
         assert ccvr.ctx.ledger[shared] > 0
 
