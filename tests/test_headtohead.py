@@ -67,7 +67,14 @@ def test_the_cpu_overlay_cuts_rounds_epochs_and_budgets_not_the_grid(full, cpu):
     assert figure["partitions"] == cut["partitions"] and figure["seeds"] == cut["seeds"]
     preset = cpu.preset("headtohead_cpu")
     changed = {k for k, v in preset.items() if full.preset("headtohead").get(k) != v}
-    assert changed == {"rounds", "local_epochs", "eval_every", "checkpoint_every", "reduction"}
+    assert changed == {"rounds", "local_epochs", "reduction"}
+    # a quarter of each client's samples, the label skews untouched; the scarce regime keeps its ≈ 50
+    for name in cut["partitions"]:
+        small, big = cpu.config["partitions"][name], full.config["partitions"][name]
+        if name == "h2h_scarce":
+            assert small == big
+        else:
+            assert small == {**big, "subsample": 0.25}, name
     # augmentation starts at the same share of the rounds
     assert cpu.config["methods"]["h2h_fedzdac"]["start_round"] / preset["rounds"] == 0.8
     assert full.config["methods"]["h2h_fedzdac"]["start_round"] / full.preset("headtohead")["rounds"] == 0.8
