@@ -41,6 +41,8 @@ rule stage:
         f"{RESULTS}/stages/{STAGE}.pt",
     log:
         "logs/stage/{preset}/{dataset}/{partition}/seed{seed}/{stage}.log",
+    benchmark:  # wall time, peak memory (max RSS), CPU time of the job: the cost tables' preparatory stages
+        f"{RESULTS}/stages/{STAGE}.benchmark.tsv"
     conda:
         "../../envs/fed.yaml"
     threads: CONFIG["train_threads"]
@@ -72,6 +74,8 @@ rule train:
         model=f"{CELL}/model.pt",
     log:
         "logs/train/{preset}/{dataset}/{partition}/{method}/seed{seed}.log",
+    benchmark:  # wall time, peak memory (max RSS), CPU time of the job: the cost tables' peak memory
+        f"{CELL}/benchmark.tsv"
     conda:
         "../../envs/fed.yaml"
     threads: CONFIG["train_threads"]
