@@ -159,6 +159,7 @@ def run_ours(cell: Cell) -> dict[str, Any]:
         "global_acc": summary["last"]["global_acc"],
         "local_acc_mean": summary["last"]["local_acc_mean"],
         "threads": torch.get_num_threads(),
+        "model": type(engine.model).__name__,
         "state": engine.global_state,
     }
 
