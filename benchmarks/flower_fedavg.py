@@ -11,7 +11,7 @@ the mean and the sample-weighted mean coincide.
 
 - **ours**: ``fed.runner.make_engine`` (the engine the ``train`` rule's ``run_cell`` runs) with FedAvg, one torch
   thread, evaluation only after the last round, no checkpoints.
-- **Flower**: ``flwr.simulation.run_simulation`` (Flower ≥ 1.20's message API: ``ServerApp`` with
+- **Flower**: ``flwr.simulation.run_simulation`` (Flower 1.42's message API: ``ServerApp`` with
   ``flwr.serverapp.strategy.FedAvg``, ``fraction_train`` = 0.1, ``ClientApp`` with a ``@train`` function), Ray
   backend with one CPU and one actor (a client's local training uses one torch thread, as ours). One SuperNode per
   client; node ``partition-id`` k trains on client k of the same partition. The global model starts from the same
@@ -330,6 +330,13 @@ def summarise(runs: list[dict[str, Any]], tolerance: float) -> list[dict[str, An
                 "ours_wall_s": mean("ours", "wall_s"),
                 "flower_wall_s": mean("flower", "wall_s"),
                 "ratio_ours_over_flower": mean("ours", "wall_s") / mean("flower", "wall_s"),
+                # ours and Flower of a seed ran back to back: their ratio sees the same background load
+                "ratio_per_seed": {
+                    o["seed"]: o["wall_s"] / f["wall_s"]
+                    for o in by["ours"]
+                    for f in by["flower"]
+                    if f["seed"] == o["seed"]
+                },
                 "ours_rounds_s": mean("ours", "rounds_s"),
                 "flower_rounds_s": mean("flower", "rounds_s"),
                 "ratio_rounds_only": mean("ours", "rounds_s") / mean("flower", "rounds_s"),
@@ -351,18 +358,19 @@ def summarise(runs: list[dict[str, Any]], tolerance: float) -> list[dict[str, An
 
 
 def markdown(row: dict[str, Any]) -> str:
-    a = row["agreement"]
+    a, per_seed = row["agreement"], list(row["ratio_per_seed"].values())
     return (
         f"| {row['rounds']} | {len(row['seeds'])} | {row['ours_wall_s']:.1f} | {row['flower_wall_s']:.1f} | "
-        f"**{row['ratio_ours_over_flower']:.2f}** | {row['ours_steady_s']:.1f} | {row['flower_steady_s']:.1f} | "
+        f"**{row['ratio_ours_over_flower']:.2f}** ({min(per_seed):.2f}–{max(per_seed):.2f}) | "
+        f"{row['ours_steady_s']:.1f} | {row['flower_steady_s']:.1f} | "
         f"{row['ours_acc']:.2f} ± {row['ours_acc_sd']:.2f} | {row['flower_acc']:.2f} ± {row['flower_acc_sd']:.2f} | "
         f"{a['diff']:+.2f} (bound {a['bound']:.2f}): {'agree' if a['agree'] else 'DISAGREE'} |"
     )
 
 
 MARKDOWN_HEADER = (
-    "| rounds | seeds | ours s | Flower s | ours/Flower | ours s/round | Flower s/round | ours acc % | Flower acc % "
-    "| Δ acc (agreement) |\n|---|---|---|---|---|---|---|---|---|---|"
+    "| rounds | seeds | ours s | Flower s | ours/Flower (per seed) | ours s/round | Flower s/round | ours acc % "
+    "| Flower acc % | Δ acc (agreement) |\n|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -394,10 +402,15 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tolerance", type=float, default=5.0, help="one seed only: agreement tolerance, points")
     ap.add_argument("--out", default="benchmarks/logs/flower_fedavg.json", help="the JSON written at the end")
     ap.add_argument("--log-dir", default="benchmarks/logs/flower_fedavg", help="one text log per run")
+    ap.add_argument("--summarise", metavar="JSON", help="recompute the summary of an earlier --out file, no runs")
     ap.add_argument("--worker", nargs=2, metavar=("FRAMEWORK", "CELL_JSON"), help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.worker:
         worker(*args.worker)
+        return
+    if args.summarise:
+        record = json.loads(Path(args.summarise).read_text())
+        report(summarise(record["runs"], args.tolerance))
         return
     prepare_data(args.dataset, args.data_root)
     preset, spec = protocol(args.preset, args.partition, tuple(args.overlay))
@@ -457,6 +470,10 @@ def main(argv: list[str] | None = None) -> None:
     }
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(record, indent=1) + "\n")
+    report(rows)
+
+
+def report(rows: list[dict[str, Any]]) -> None:
     print(json.dumps(rows, indent=1))
     print(MARKDOWN_HEADER)
     for row in rows:
