@@ -28,6 +28,7 @@ NOT_CHECKED = {  # first words → why a test does not run them
     "python -m pytest": "the test suite itself",
     "mutmut": "mutation testing, hours long (docs/testing.md)",
     "mlflow ui": "starts a server",
+    "pip install": "installs packages (Flower's own venv for benchmarks/flower_fedavg.py)",
 }
 
 
