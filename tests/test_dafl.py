@@ -310,3 +310,27 @@ def test_a_client_with_no_label_to_share_generates_nothing():
     assert empty.shape == (0, 1, 32, 32)
     assert pls_counts(np.bincount([0] * 50, minlength=3), 0.01, 1.0, np.random.default_rng(0)).sum() == 0
     assert generate(generator, torch.tensor([0, 2]), 3, 1, settings, seed=1).shape == (2, 1, 32, 32)
+
+
+def test_the_leakage_audit_tests_each_client_s_synthetic_samples_against_its_own_records(dafl_cell, synthetic_root):
+    from fed.leakage import audit, closer_to_train
+
+    spec, part, gans = dafl_cell
+    engine = Engine(
+        CFG,
+        build_algorithm("dafl", **spec.params),
+        load_dataset("synthetic", synthetic_root, "train"),
+        load_dataset("synthetic", synthetic_root, "test"),
+        json.loads(part.read_text()),
+        0,
+        stages={"gans": gans},
+        progress=None,
+    )
+    out = audit(engine, engine.global_state, {"per_class": 1, "iterations": 2})["artifacts"]["synthetic_samples"]
+    ctx, dafl = engine.ctx, engine.algorithm
+    x = ctx.train_set.x
+    hits = torch.cat(
+        [closer_to_train(s, x[ctx.train_idx[k]], x[ctx.test_idx[k]]) for k, (s, _) in enumerate(dafl._synthetic)]
+    )
+    assert out["n"] == out["audited"] == len(hits) == sum(len(y) for _, y in dafl._synthetic) > 0
+    assert out["closer_to_train"] == pytest.approx(float(hits.mean()))

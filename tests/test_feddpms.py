@@ -400,3 +400,26 @@ def load_dataset_stub():
     from fed.data.datasets import TensorDataset
 
     return TensorDataset(torch.zeros(2, 1, 28, 28), torch.zeros(2, dtype=torch.long), 10)
+
+
+def test_the_leakage_audit_decodes_what_receivers_get_and_charges_it_to_the_donor(dpms_run, synthetic_root, accept_all):
+    from fed.leakage import audit, closer_to_train
+
+    tmp, _ = dpms_run  # its partition keeps no held-out records; the audit reads only Stage I's model
+    part = tmp / "part_held_out.json"
+    labels = load_labels("synthetic", synthetic_root)
+    part.write_text(json.dumps(make_partition(labels, "dirichlet", 4, 0, 0.3, beta=0.3)))
+    run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"}, params={**DPMS, "send_classes": "all"})
+    out = audit(run, run.global_state, {"per_class": 1, "iterations": 2})["artifacts"]
+    ctx, dpms = run.ctx, run.algorithm
+    decoder, x = ctx.global_model().extras["decoder"], ctx.train_set.x
+    hits = []
+    for i, j in enumerate(ctx.round_metrics["dpms_donor"]):
+        z = dpms._received[i][0]
+        if j >= 0 and len(z) and len(ctx.test_idx[j]):  # a donor without held-out records is not tested
+            with torch.no_grad():
+                hits.append(closer_to_train(decoder(z), x[ctx.train_idx[j]], x[ctx.test_idx[j]]))
+    hits = torch.cat(hits)
+    decoded = out["decoded_latent_means"]
+    assert decoded["n"] == sum(len(y) for _, y in dpms._received.values()) >= decoded["audited"] == len(hits) > 0
+    assert decoded["closer_to_train"] == pytest.approx(float(hits.mean()))

@@ -451,3 +451,22 @@ def test_tables_rebuild_from_committed_reference_metrics_without_training(smoke_
     stale = [line for line in proc.stderr.splitlines() if "was run with other partition" in line]
     assert len(stale) == 5 * 2 and all("/multimodal/" in line for line in stale)  # 5 methods x 2 seeds
     assert job_counts(proc.stdout)["train"] == 1 + 5 * 2
+
+
+def test_an_audited_table_audits_each_cell_after_its_run_and_trains_nothing_new(smoke_run, tmp_path):
+    """``audit: true`` plans one audit job per cell of the table (rule audit) and no training; an audit reads its
+    cell's model, metrics and train-job benchmark (peak memory) and writes the leakage and bytes record."""
+    workdir, _ = smoke_run
+    overlay = write_yaml(tmp_path / "audit.yaml", {"tables": {"leaderboard": {"audit": True}}})
+    smoke = str(REPO / "config/smoke.yaml")
+    costs = "reports/tables/fedzda/costs_smoke.csv"
+    plan = snakemake(workdir, "-n", "--forcerun", "costs", "--quiet", "rules", costs, "--configfile", smoke, overlay)
+    jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout, re.M))
+    assert jobs.get("audit") == "20" and "train" not in jobs and "stage" not in jobs, plan.stdout  # 5 × 2 × 2
+    cell = "results/runs/smoke/synthetic/multimodal/fedzdas/seed0"
+    snakemake(workdir, "--cores", "1", f"{cell}/audit.json", "--configfile", smoke, overlay)
+    record = json.loads((workdir / cell / "audit.json").read_text())
+    assert record["jobs"]["train"]["max_rss_mb"] > 0 and record["model_bytes"] > 0
+    inversion = record["artifacts"]["model_inversion"]
+    assert inversion["audited"] == 10 * record["inversion"]["per_class"] and 0 < inversion["chance"] < 1
+    assert any(k.startswith("stage warm: fedavg_prefix") for k in record["jobs"])  # Fed-ZDAS continues a prefix

@@ -150,15 +150,25 @@ class Grid:
         defined method reads that method's cell."""
         return [{**c, "method": self.alias.get(c["method"], c["method"])} for c in self.figure_kind(fig).cells(fig)]
 
-    def cost_cells(self, paper: str, preset: str) -> list[dict]:
-        """Every table cell of one paper under one preset, once."""
+    def cost_cells(self, paper: str, preset: str, audited: bool = False) -> list[dict]:
+        """Every table cell of one paper under one preset, once; with ``audited``, those of tables with
+        ``audit: true`` only."""
         cells = {
             tuple(c.values()): c
             for t in self.config["tables"].values()
-            if t["paper"] == paper and t["preset"] == preset
+            if t["paper"] == paper and t["preset"] == preset and (t.get("audit") or not audited)
             for c in self.table_cells(t)
         }
         return list(cells.values())
+
+    def cost_inputs(self, paper: str, preset: str) -> dict[str, list[str]]:
+        """What a paper's cost and privacy tables read under one preset: every cell's metrics, and for audited
+        cells their audit (leakage, bytes, the jobs' peak memory: rule audit); committed copies where current."""
+        audited = self.cost_cells(paper, preset, audited=True)
+        return {
+            "metrics": [self.cell_path(**c) for c in self.cost_cells(paper, preset)],
+            "audits": [self.cell_path(**c, file="audit.json") for c in audited],
+        }
 
     def implemented(self) -> list[str]:
         """Every configured method (variants included) whose algorithm exists."""

@@ -11,7 +11,7 @@ sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
 from fed.grid import Grid
-from fed.identity import algorithm_code_hash
+from fed.identity import algorithm_code_hash, code_hash
 from fed.validate import checked_config
 
 try:  # papers merged under config.yaml and the overlays, schema defaults, checked against the registries

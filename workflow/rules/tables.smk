@@ -38,7 +38,7 @@ rule costs:
     """Wall time and generation time of every method of a paper's tables, relative to FedAvg; and their privacy
     ledger (what left the clients, and the guarantees stated for it)."""
     input:
-        lambda w: [GRID.cell_path(**c) for c in GRID.cost_cells(w.paper, w.preset)],
+        unpack(lambda w: GRID.cost_inputs(w.paper, w.preset)),
     output:
         csv=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.csv",
         md=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.md",
@@ -62,6 +62,7 @@ rule costs:
         "../../envs/fed.yaml"
     params:
         cells=lambda w: GRID.cost_cells(w.paper, w.preset),
+        audited=lambda w: GRID.cost_cells(w.paper, w.preset, audited=True),
     script:
         "../scripts/costs.py"
 

@@ -93,3 +93,28 @@ rule train:
         tracking=train_tracking,
     script:
         "../scripts/train.py"
+
+
+rule audit:
+    """What a finished cell's method shared, re-derived by its own code with the run's seeds, and its final model's
+    inversion, each against its owner's training and held-out records (fed.leakage); with the peak memory of its
+    train job and of its stages' jobs (their benchmarks). For tables with ``audit: true``; committed with the cell."""
+    input:
+        unpack(train_inputs),
+        metrics=f"{CELL}/metrics.json",
+        model=f"{CELL}/model.pt",
+        benchmark=f"{CELL}/benchmark.tsv",
+    output:
+        f"{CELL}/audit.json",
+    log:
+        "logs/audit/{preset}/{dataset}/{partition}/{method}/seed{seed}.log",
+    conda:
+        "../../envs/fed.yaml"
+    threads: CONFIG["train_threads"]
+    resources:
+        mem_mb=CONFIG["train_mem_mb"],
+    params:
+        data_root=lambda w, input: str(Path(input.data).parents[1]),
+        code=lambda w: [algorithm_code_hash(GRID.algorithm(w.method)), code_hash("fed.leakage")],
+    script:
+        "../scripts/audit.py"

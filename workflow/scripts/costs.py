@@ -1,24 +1,49 @@
 """Measured cost of every method of a paper's tables (run wall time, seconds per round, generation time) and
-the privacy ledger of its runs (what left the clients, and the guarantees)."""
+the privacy ledger of its runs (what left the clients, and the guarantees); for audited tables also bytes, peak
+memory and the leakage of what was shared (fed.reporting.audit)."""
 
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
+from fed.reporting.audit import KEYS, audit_costs, audit_privacy
 from fed.reporting.tables import LEDGER_NOTES, cost_table, privacy_table, write_frame
 
-cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input)]
+cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input.metrics)]
+metrics = {tuple(c[k] for k in (*KEYS, "seed")): c["path"] for c in cells}
+audited = [
+    dict(c, path=path, metrics=metrics[tuple(c[k] for k in (*KEYS, "seed"))])
+    for c, path in zip(snakemake.params.audited, snakemake.input.audits)
+]
+w = snakemake.wildcards
+costs, ledger = cost_table(cells), privacy_table(cells)
+audit_note = ""
+if audited:
+    costs = costs.merge(audit_costs(audited), on=KEYS, how="left")
+    ledger = ledger.merge(audit_privacy(audited), on=KEYS, how="left")
+    audit_note = (
+        " Audited (fed.leakage): mb_shared is what left the clients beyond model updates over the run (float32 items"
+        " of the ledger; labels aside); records is the record-like artifact tested, closer_to_train the share of"
+        " those artifacts whose closest real record is one of its client's training records rather than one of as"
+        " many held-out records of that client (0.5: no evidence of memorisation, 1: raw records), dcr_* the median"
+        " distances; inversion_closer_to_train the same test for ZSDG's inversion of the final model against all"
+        " training records and the test set (what model updates give away). Mean and std over seeds."
+    )
 caption = (
-    f"Measured cost of the {snakemake.wildcards.paper} table runs under preset '{snakemake.wildcards.preset}' "
-    "(mean over seeds; wall time includes evaluation; jobs ran side by side, so times include contention)."
+    f"Measured cost of the {w.paper} table runs under preset '{w.preset}' (mean over seeds; wall time includes"
+    " evaluation; jobs ran side by side, so times include contention)"
+    + (
+        "; MB a participating client exchanges per round (model down and up), MB each client shares beyond it,"
+        " the train job's peak resident memory and its preparatory stages' wall time and peak memory."
+        if audited
+        else "."
+    )
 )
-write_frame(cost_table(cells), snakemake.output.csv.removesuffix(".csv"), caption)
-ledger = privacy_table(cells)
+write_frame(costs, snakemake.output.csv.removesuffix(".csv"), caption)
 notes = "; ".join(f"{k}: {v}" for k, v in LEDGER_NOTES.items() if k in ledger.columns)
 write_frame(
     ledger,
     snakemake.output.privacy_csv.removesuffix(".csv"),
-    f"Privacy ledger of the {snakemake.wildcards.paper} table runs under preset '{snakemake.wildcards.preset}': what "
-    "left the clients (counts per run) and the guarantees stated for it (largest over seeds)"
-    + (f". {notes}." if notes else "."),
+    f"Privacy ledger of the {w.paper} table runs under preset '{w.preset}': what left the clients (counts per run)"
+    " and the guarantees stated for it (largest over seeds)" + (f". {notes}." if notes else ".") + audit_note,
 )

@@ -1,0 +1,211 @@
+"""What a shared artifact gives away: the distance to the closest record (DCR), one measure for every method.
+
+The standard test for synthetic data (e.g. SDMetrics' ``DCRBaselineProtection``; Yale et al. 2020): for every
+artifact that left a client, is its closest real record (Euclidean, in the model's normalised input space) one of
+the *training* records of the client that produced it, or one of the *held-out* records of that client (its local
+test split, from the same distribution, never trained on)? With n_t training and n_h held-out records, an artifact
+that carries nothing of its own records finds its closest record among the training ones with probability
+p = n_t / (n_t + n_h) (the records are exchangeable); raw records always do (distance 0). The **leakage score**
+(rate − p̄) / (1 − p̄) over a set of artifacts is 0 without evidence of memorisation and 1 for raw records; the rate,
+p̄ and the median distances are kept beside it.
+
+What is audited (``shared_artifacts``), in input space, by the method's own code with the run's seeds:
+- FedData: the raw samples each client shares;
+- FedMix, FedBR: the mean batches;
+- DA-FL: the DP-CGAN samples each client sends;
+- FedDPMS: the images the receivers decode from a donor's noisy latent means (with Stage I's global decoder); the
+  donor is the owner;
+- every method: **model inversion** of what any method sends, its model — ZSDG (Fed-ZDA's generator) run on the run's
+  final global model (the server holds it, so does every client). It is a population statistic, so its records are
+  all clients' training data pooled and its held-out set the test set. FedAvg's row is this one alone.
+  (ZSDG needs BatchNorm: a model without it has no inversion row.)
+FLea's and CCVR's features are not in input space: they are counted and sized, not tested here; FLea's
+reconstruction attack (``fed.attacks``, Fig. 9c) is the measure for features.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from fed.zsdg import ZSDGConfig, zsdg
+
+INVERSION = {"per_class": 10, "iterations": 50, "lr": 0.1}  # ZSDG as Fed-ZDA's CPU presets run it
+
+
+@dataclass
+class Shared:
+    """Record-like artifacts that left one client (``owner``; -1: the global model's, i.e. every client's)."""
+
+    kind: str
+    owner: int
+    x: torch.Tensor
+
+
+def dcr(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> torch.Tensor:
+    """Each artifact's Euclidean distance to its closest record (both flattened; exact, not by the matrix-product
+    expansion, so that a record's copy is at distance 0)."""
+    a, r = artifacts.flatten(1).double(), records.flatten(1).double()
+    return (
+        torch.cat(
+            [torch.cdist(part, r, compute_mode="donot_use_mm_for_euclid_dist").min(1).values for part in a.split(chunk)]
+        )
+        if len(a)
+        else a.new_zeros(0)
+    )
+
+
+def closer_to_train(artifacts: torch.Tensor, train: torch.Tensor, holdout: torch.Tensor) -> torch.Tensor:
+    """Per artifact: 1 where its closest training record is nearer than its closest held-out record, 0 where
+    farther, 0.5 on a tie."""
+    return _hits(dcr(artifacts, train), dcr(artifacts, holdout))
+
+
+def _hits(d_train: torch.Tensor, d_hold: torch.Tensor) -> torch.Tensor:
+    return (d_train < d_hold).double() + 0.5 * (d_train == d_hold).double()
+
+
+def leakage_score(rate: float, null: float) -> float:
+    """(rate − null) / (1 − null): 0 where artifacts find a training record as closest as often as chance does
+    (``null``, the training records' share of all records), 1 where always (raw records)."""
+    return (rate - null) / (1 - null)
+
+
+def shared_artifacts(algorithm, ctx) -> Iterator[Shared]:
+    """What the method sent out of the clients as records, after its ``setup`` (and, for FedDPMS, its sharing
+    step) has run on ``ctx``."""
+    if hasattr(algorithm, "pool") and algorithm.name == "feddata":
+        for k, idx in enumerate(algorithm.pool):
+            yield Shared("raw_samples", k, ctx.train_set.x[idx])
+    elif hasattr(algorithm, "x_bar"):  # FedMix, FedBR
+        for k in range(ctx.num_clients):
+            yield Shared("mean_batches", k, algorithm.x_bar[algorithm.owner == k])
+    elif algorithm.name == "dafl":
+        for k, (x, _) in enumerate(algorithm._synthetic):
+            yield Shared("synthetic_samples", k, x)
+    elif algorithm.name == "feddpms" and algorithm._received is not None:
+        decoder = ctx.global_model().extras["decoder"]
+        for i, j in enumerate(ctx.round_metrics["dpms_donor"]):
+            z, _ = algorithm._received[i]
+            if j >= 0 and len(z):
+                with torch.no_grad():
+                    yield Shared("decoded_latent_means", j, decoder(z.to(ctx.device)))
+
+
+def item_bytes(algorithm, ctx) -> dict[str, int]:
+    """float32 bytes of one item of every kind of the privacy ledger this method can fill (labels, 1 byte a class
+    for roles, aside): input-space records, a feature vector at the cut the method shares (FLea's trunk, CCVR's
+    embedding), a latent mean, a decoder, a class's feature statistics (mean and covariance, float64, as CCVR
+    sends them)."""
+    x = ctx.train_set.x[:1]
+    model = ctx.global_model()
+    sizes = {k: x.numel() * 4 for k in ("raw_samples", "mean_batches", "synthetic_samples", "decoded_latent_means")}
+    sizes["class_roles_to_server"] = ctx.num_classes
+    with torch.no_grad():
+        if algorithm.name == "flea":
+            sizes["features"] = model.features(x).numel() * 4
+        if algorithm.name == "ccvr":
+            d = algorithm._embed(model, x).shape[1]
+            sizes["features"], sizes["class_feature_statistics"] = d * 4, (d + d * d + 1) * 8
+    if hasattr(model, "extras") and "decoder" in model.extras:
+        sizes["noisy_latent_means"] = model.extras["mu"].out_features * 4
+        sizes["decoders"] = sum(p.numel() * 4 for p in model.extras["decoder"].parameters())
+    return sizes
+
+
+def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
+    """Per kind: artifacts, their float32 bytes, their closer-to-train rate against their owner's training and
+    held-out records (an owner without held-out records is skipped), its chance level and the leakage score, and
+    the median distances to the closest training and held-out record."""
+    out: dict[str, dict[str, Any]] = {}
+    for item in items:
+        if item.owner < 0:  # the global model's: every client's training records against the test set
+            train, hold = ctx.pooled_data()[0], ctx.test_set.x
+        else:
+            train, hold = ctx.train_set.x[ctx.train_idx[item.owner]], ctx.train_set.x[ctx.test_idx[item.owner]]
+        acc = out.setdefault(item.kind, {"n": 0, "bytes": 0, "hits": [], "null": [], "d_train": [], "d_hold": []})
+        acc["n"] += len(item.x)
+        acc["bytes"] += item.x.numel() * 4
+        if not len(item.x) or not len(hold) or not len(train):
+            continue
+        a = item.x.to(train.dtype)
+        d_train, d_hold = dcr(a, train), dcr(a, hold)
+        acc["hits"].append(_hits(d_train, d_hold))
+        acc["null"].append(torch.full((len(a),), len(train) / (len(train) + len(hold)), dtype=torch.double))
+        acc["d_train"].append(d_train)
+        acc["d_hold"].append(d_hold)
+    table = {}
+    for kind, acc in out.items():
+        hits = torch.cat(acc["hits"]) if acc["hits"] else torch.zeros(0)
+        stats = {"audited": len(hits)}
+        if len(hits):
+            rate, null = float(hits.mean()), float(torch.cat(acc["null"]).mean())
+            stats |= {
+                "closer_to_train": rate,
+                "chance": null,
+                "leakage": leakage_score(rate, null),
+                "dcr_train_median": float(torch.cat(acc["d_train"]).median()),
+                "dcr_holdout_median": float(torch.cat(acc["d_hold"]).median()),
+            }
+        table[kind] = {"n": acc["n"], "bytes": acc["bytes"], **stats}
+    return table
+
+
+def invert(ctx, state: dict[str, torch.Tensor], seed: int, params: dict[str, Any] | None = None) -> Shared:
+    """ZSDG's images of the model ``state`` (Fed-ZDA's generator; ``INVERSION`` unless ``params``)."""
+    model = ctx.new_model()
+    model.load_state_dict(state)
+    model.eval()
+    generator = torch.Generator(device=ctx.device).manual_seed(seed)
+    x, _, _ = zsdg(model, ctx.num_classes, ctx.input_shape, ZSDGConfig.from_params(params or INVERSION), generator)
+    return Shared("model_inversion", -1, x.detach())
+
+
+def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The leakage record of one finished cell: its method's shared artifacts (re-derived by its own ``setup`` —
+    and FedDPMS' sharing step from Stage I's model — with the run's seeds) and the inversion of its final model
+    ``state`` (ZSDG with ``inversion``, default ``INVERSION``); plus the bytes of one model and of each ledger item."""
+    algorithm, ctx = engine.algorithm, engine.ctx
+    algorithm.setup(ctx)
+    if algorithm.name == "feddpms":  # Stage II's sharing, from the model Stage I ended with (round P)
+        ckpt = torch.load(ctx.stages["warm"], weights_only=False, map_location=ctx.device)
+        ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
+        algorithm.share(ctx)
+    items = list(shared_artifacts(algorithm, ctx))
+    inversion = dict(inversion or INVERSION)
+    if any(
+        isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules()
+    ):  # ZSDG matches BatchNorm statistics; a model without them is not inverted
+        items.append(invert(ctx, state, ctx.seed_int("leakage"), inversion))
+    return {
+        "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
+        "item_bytes": item_bytes(algorithm, ctx),
+        "artifacts": rates(items, ctx),
+        "inversion": inversion,
+    }
+
+
+def audit_cell(record: dict, model: str, data_root: str, partition: str, stages: dict, threads: int = 1) -> dict:
+    """``audit`` of the cell a ``metrics.json`` record describes (its settings, its method with any tuned point, its
+    seed), from its final model file; strict JSON (an undefined rate is null)."""
+    from fed.config import FLConfig, MethodSpec
+    from fed.reference import json_safe
+    from fed.runner import make_engine
+
+    method = record["method"]
+    engine = make_engine(
+        FLConfig(**record["config"]),
+        MethodSpec(method["name"], method["algorithm"], method["params"]),
+        record["dataset"],
+        data_root,
+        partition,
+        record["seed"],
+        threads,
+        progress=None,
+        stages=stages,
+    )
+    state = torch.load(model, map_location=engine.ctx.device, weights_only=True)
+    return json_safe(audit(engine, state))

@@ -1,0 +1,144 @@
+"""The privacy ledger's leakage audit (fed.leakage) and its table columns (fed.reporting.audit)."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from fed.algorithms import build_algorithm
+from fed.config import FLConfig
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import make_partition
+from fed.engine import Engine
+from fed.leakage import audit, closer_to_train, dcr, leakage_score
+from fed.reporting.audit import audit_costs, audit_privacy
+
+TINY = {"per_class": 2, "iterations": 3, "lr": 0.1}  # the model inversion, small
+CFG = FLConfig(num_clients=4, fraction=1.0, rounds=1, local_epochs=1, batch_size=8, lr=0.05, model="cnn_mnist")
+
+
+def test_dcr_and_closer_to_train_by_hand():
+    a = torch.tensor([[0.0, 0.0], [4.0, 0.0], [0.0, 3.0]])
+    train = torch.tensor([[0.0, 1.0], [4.0, 4.0]])
+    hold = torch.tensor([[2.0, 0.0], [0.0, 5.0]])
+    # (0,0): 1 to (0,1), 2 to (2,0); (4,0): 4 to (4,4), 2 to (2,0); (0,3): 2 to (0,1), 2 to (0,5): a tie
+    assert dcr(a, train).tolist() == pytest.approx([1.0, 4.0, 2.0])
+    assert dcr(a, hold).tolist() == pytest.approx([2.0, 2.0, 2.0])
+    assert closer_to_train(a, train, hold).tolist() == [1.0, 0.0, 0.5]
+    assert closer_to_train(a, hold, train).tolist() == [0.0, 1.0, 0.5]  # the roles are not symmetric
+    assert dcr(a.view(3, 1, 2), train.view(2, 2, 1)).tolist() == pytest.approx([1.0, 4.0, 2.0])  # flattened
+    # chance: 3 training records of 4 → 0.75; a rate of 0.9 is (0.9 − 0.75)/0.25 = 0.6 of the way to raw records
+    assert leakage_score(0.9, 0.75) == pytest.approx(0.6)
+    assert leakage_score(1.0, 0.75) == 1.0 and leakage_score(0.75, 0.75) == 0.0
+    assert leakage_score(0.5, 0.75) == pytest.approx(-1.0)  # nearer held-out records than chance
+
+
+def engine(root, method, **params):
+    labels = load_labels("synthetic", root)
+    part = make_partition(labels, "label_quantity", 4, seed=0, k=2)
+    return Engine(
+        CFG,
+        build_algorithm(method, **params),
+        load_dataset("synthetic", root, "train"),
+        load_dataset("synthetic", root, "test"),
+        part,
+        0,
+        progress=None,
+    )
+
+
+def test_raw_samples_sit_on_their_owner_s_training_records(synthetic_root):
+    eng = engine(synthetic_root, "feddata", share_fraction=0.3)
+    out = audit(eng, eng.ctx.global_state, TINY)
+    raw = out["artifacts"]["raw_samples"]
+    sizes = [len(i) for i in eng.ctx.train_idx]
+    assert raw["n"] == raw["audited"] == sum(math.ceil(0.3 * n) for n in sizes)
+    assert (
+        raw["closer_to_train"] == raw["leakage"] == 1.0 and raw["dcr_train_median"] == 0.0 < raw["dcr_holdout_median"]
+    )
+    held = [len(i) for i in eng.ctx.test_idx]  # chance: the owner's training records' share of its records
+    shares = [math.ceil(0.3 * n) for n in sizes]
+    chance = sum(s * n / (n + h) for s, n, h in zip(shares, sizes, held)) / sum(shares)
+    assert raw["chance"] == pytest.approx(chance)
+    assert raw["bytes"] == raw["n"] * eng.ctx.train_set.x[0].numel() * 4
+
+
+def test_mean_batches_are_tested_against_their_own_client(synthetic_root):
+    # a mean of one sample is the sample: every one closer to its owner's training records (a wrong owner: < 1)
+    eng = engine(synthetic_root, "fedmix", mean_batch=1, lam=0.1)
+    ones = audit(eng, eng.ctx.global_state, TINY)["artifacts"]["mean_batches"]
+    assert ones["leakage"] == 1.0 and ones["dcr_train_median"] == 0.0
+    eng = engine(synthetic_root, "fedmix", mean_batch=10, lam=0.1)
+    tens = audit(eng, eng.ctx.global_state, TINY)["artifacts"]["mean_batches"]
+    assert tens["n"] == sum(math.ceil(len(i) / 10) for i in eng.ctx.train_idx)
+    assert tens["dcr_train_median"] > 0  # a mean of ten is no record, though it may sit nearest its members
+
+
+def test_a_method_that_shares_only_its_model_is_audited_by_inverting_it(synthetic_root):
+    eng = engine(synthetic_root, "fedavg")
+    out = audit(eng, eng.global_state, TINY)
+    assert set(out["artifacts"]) == {"model_inversion"}
+    inv = out["artifacts"]["model_inversion"]
+    assert inv["n"] == inv["audited"] == TINY["per_class"] * eng.ctx.num_classes
+    assert inv["leakage"] < 1 and inv["dcr_train_median"] > 0
+    assert inv["chance"] == pytest.approx(sum(sizes := [len(i) for i in eng.ctx.train_idx]) / (sum(sizes) + 200))
+    assert out["inversion"] == TINY
+    assert out["model_bytes"] == sum(v.numel() * v.element_size() for v in eng.global_state.values())
+    assert out["item_bytes"]["raw_samples"] == eng.ctx.train_set.x[0].numel() * 4
+
+
+def write(tmp_path, name, audit_record, metrics):
+    a, m = tmp_path / f"{name}.audit.json", tmp_path / f"{name}.metrics.json"
+    a.write_text(json.dumps(audit_record))
+    m.write_text(json.dumps(metrics))
+    return {"dataset": "d", "partition": "p", "method": name, "seed": 0, "path": str(a), "metrics": str(m)}
+
+
+def test_audited_columns_by_hand(tmp_path):
+    jobs = {"train": {"seconds": 9.0, "max_rss_mb": 700.0, "cpu_seconds": 8.0}}
+    inversion = {"model_inversion": {"leakage": 0.0}}
+    cells = [
+        write(
+            tmp_path,
+            "scaffold",
+            {"model_bytes": 1_000_000, "item_bytes": {"raw_samples": 3136}, "artifacts": inversion, "jobs": jobs},
+            {"method": {"algorithm": "scaffold"}, "config": {"num_clients": 4}, "shared": {}},
+        ),
+        write(
+            tmp_path,
+            "dafl",
+            {
+                "model_bytes": 1_000_000,
+                "item_bytes": {"synthetic_samples": 3136},
+                "artifacts": {
+                    "synthetic_samples": {
+                        "leakage": 0.2,
+                        "closer_to_train": 0.8,
+                        "chance": 0.75,
+                        "dcr_train_median": 2.0,
+                        "dcr_holdout_median": 4.0,
+                    },
+                    **inversion,
+                },
+                "jobs": {**jobs, "stage gans: dp_cgan": {"seconds": 60.0, "max_rss_mb": 900.0, "cpu_seconds": 1.0}},
+            },
+            {
+                "method": {"algorithm": "dafl"},
+                "config": {"num_clients": 4},
+                "shared": {"synthetic_samples": 1000, "epsilon_total": 51.0},
+            },
+        ),
+    ]
+    costs = audit_costs(cells).set_index("method")
+    assert costs.loc["scaffold", "mb_per_client_round"] == 4.0  # model and control variate, down and up
+    assert costs.loc["dafl", "mb_per_client_round"] == 2.0
+    assert costs.loc["dafl", "mb_shared_per_client"] == pytest.approx(1000 * 3136 / 4 / 1e6, abs=1e-3)
+    assert costs.loc["dafl", "stage_seconds"] == 60.0 and costs.loc["scaffold", "stage_seconds"] == 0.0
+    assert costs.loc["dafl", "stage_peak_rss_mb"] == 900.0 and costs.loc["dafl", "peak_rss_mb"] == 700.0
+    privacy = audit_privacy(cells).set_index("method")
+    assert privacy.loc["dafl", "records"] == "synthetic_samples" and privacy.loc["scaffold", "records"] == ""
+    assert privacy.loc["dafl", "leakage"] == 0.2 and math.isnan(privacy.loc["scaffold", "leakage"])
+    assert privacy.loc["dafl", "dcr_holdout"] == 4.0 and privacy.loc["dafl", "chance"] == 0.75
+    assert privacy.loc["dafl", "mb_shared"] == pytest.approx(3.136)  # the ε in the ledger is not an item
+    assert privacy.loc["scaffold", "inversion_leakage"] == 0.0
