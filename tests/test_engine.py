@@ -233,3 +233,26 @@ def test_history_csv_has_every_scalar_metric_and_leaves_gaps_empty(tmp_path):
     assert lines == ["round,train_loss,local_steps,global_acc,zsdg_calls", "1,1.5,9,50.0,", "2,,9,,3"]
     df = pd.read_csv(tmp_path / "h.csv")
     assert df.train_loss.isna().tolist() == [False, True] and df.zsdg_calls.tolist()[1] == 3
+
+
+def test_a_truncated_partition_or_warm_start_is_an_error_naming_the_file_and_the_fix(setup, synthetic_root, tmp_path):
+    """A job killed while writing (or a copy cut short) leaves a truncated file: the error names it and says how to
+    recover, instead of a bare JSONDecodeError or a zip-archive error from torch."""
+    import re
+
+    from fed.config import MethodSpec
+    from fed.runner import make_engine
+
+    train, test, part, part_path = setup
+    torn = tmp_path / "seed0.json"
+    torn.write_text(part_path.read_text()[:200])
+    with pytest.raises(ValueError, match=rf"partition file {re.escape(str(torn))} is not valid JSON .* delete it and"):
+        make_engine(FLConfig(**SMALL), MethodSpec("fedavg", "fedavg"), "synthetic", synthetic_root, torn, 0)
+    run(setup, work_dir=tmp_path / "prefix", rounds=1, checkpoint_every=1)
+    warm = tmp_path / "fedavg_prefix-rounds1.pt"
+    warm.write_bytes((tmp_path / "prefix" / "checkpoint.pt").read_bytes()[:100])
+    engine = Engine(
+        FLConfig(**SMALL), build_algorithm("fedavg"), train, test, part, 0, progress=None, stages={"warm": warm}
+    )
+    with pytest.raises(RuntimeError, match=rf"warm start {re.escape(str(warm))} is unreadable .* delete it and rerun"):
+        engine.run()

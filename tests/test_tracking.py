@@ -122,3 +122,53 @@ def test_batch_logging_makes_the_run_a_live_job_makes_once_per_cell(cell, tmp_pa
     [replaced] = batch_runs()
     assert replaced.info.run_id == new_id != run_id
     assert math.isnan(batch.get_metric_history(new_id, "global_acc")[-1].value)
+
+
+KILLED = """
+import json, os, signal, sys
+from fed import engine
+from fed.config import FLConfig, MethodSpec
+from fed.runner import run_cell
+
+signum, root, part, tmp, uri, cfg = sys.argv[1:]
+evaluate = engine.evaluate
+
+
+def killed_at_round_2(ctx):
+    if ctx.round == 2:
+        os.kill(os.getpid(), getattr(signal, signum))
+    return evaluate(ctx)
+
+
+engine.evaluate = killed_at_round_2
+run_cell(FLConfig(**json.loads(cfg)), MethodSpec("fedavg", "fedavg"), "synthetic", root, part, 0, f"{tmp}/out",
+         work_dir=f"{tmp}/work", progress=None,
+         tracking={"uri": uri, "experiment": "fedzda", "tags": {"method": "fedavg"}})
+"""
+
+
+def test_a_terminated_or_killed_job_leaves_one_run_that_the_rerun_continues(cell, synthetic_root):
+    """A real training process (the cell fixture's cell) signalled at round 2: SIGTERM (Snakemake's Ctrl-C, SLURM's
+    scancel) ends its run FAILED, not RUNNING; SIGKILL leaves it RUNNING. Each rerun resumes the checkpoint of round 1
+    and continues that same run: one run per cell, its rounds logged once each."""
+    import signal
+    import subprocess
+    import sys
+
+    run, runs, client, tmp_path = cell
+
+    def killed(signum):
+        args = [signum, synthetic_root, tmp_path / "part.json", tmp_path, f"sqlite:///{tmp_path / 'mlflow.db'}"]
+        return subprocess.run([sys.executable, "-c", KILLED, *map(str, args), json.dumps(CFG)], capture_output=True)
+
+    assert killed("SIGTERM").returncode == 1  # SystemExit from the job's handler, not death by the signal
+    (terminated,) = runs()
+    assert terminated.info.status == "FAILED"
+    assert [m.step for m in client.get_metric_history(terminated.info.run_id, "global_acc")] == [1]
+    assert killed("SIGKILL").returncode == -signal.SIGKILL
+    (after_kill,) = runs()
+    assert after_kill.info.run_id == terminated.info.run_id and after_kill.info.status == "RUNNING"
+    run()
+    (finished,) = runs()
+    assert finished.info.run_id == terminated.info.run_id and finished.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(finished.info.run_id, "global_acc")] == [1, 2, 3]
