@@ -460,11 +460,11 @@ def test_an_audited_table_audits_each_cell_after_its_run_and_trains_nothing_new(
     overlay = write_yaml(tmp_path / "audit.yaml", {"tables": {"leaderboard": {"audit": True}}})
     smoke = str(REPO / "config/smoke.yaml")
     costs = "reports/tables/fedzda/costs_smoke.csv"
-    plan = snakemake(workdir, "-n", "--forcerun", "costs", "--quiet", "rules", costs, "--configfile", smoke, overlay)
+    plan = snakemake(workdir, costs, "-n", "--forcerun", "costs", "--quiet", "rules", "--configfile", smoke, overlay)
     jobs = dict(re.findall(r"^(\w+)\s+(\d+)$", plan.stdout, re.M))
     assert jobs.get("audit") == "20" and "train" not in jobs and "stage" not in jobs, plan.stdout  # 5 × 2 × 2
     cell = "results/runs/smoke/synthetic/multimodal/fedzdas/seed0"
-    snakemake(workdir, "--cores", "1", f"{cell}/audit.json", "--configfile", smoke, overlay)
+    snakemake(workdir, f"{cell}/audit.json", "--cores", "1", "--configfile", smoke, overlay)
     record = json.loads((workdir / cell / "audit.json").read_text())
     assert record["jobs"]["train"]["max_rss_mb"] > 0 and record["model_bytes"] > 0
     inversion = record["artifacts"]["model_inversion"]
