@@ -23,11 +23,12 @@ if audited:
     ledger = ledger.merge(audit_privacy(audited), on=KEYS, how="left")
     audit_note = (
         " Audited (fed.leakage): mb_shared is what left the clients beyond model updates over the run (float32 items"
-        " of the ledger; labels aside); records is the record-like artifact tested, closer_to_train the share of"
-        " those artifacts whose closest real record is one of its client's training records rather than one of as"
-        " many held-out records of that client (0.5: no evidence of memorisation, 1: raw records), dcr_* the median"
-        " distances; inversion_closer_to_train the same test for ZSDG's inversion of the final model against all"
-        " training records and the test set (what model updates give away). Mean and std over seeds."
+        " of the ledger, labels aside); records is the record-like artifact tested: is its closest real record one of"
+        " its client's training records or one of that client's held-out records? leakage scales that rate"
+        " (closer_to_train) to chance (chance: the training records' share): 0 no more often than chance, 1 raw"
+        " records; dcr_* are the median distances. inversion_leakage is the same test for ZSDG's inversion of the"
+        " final model, against all training records and the test set: what model updates give away. Mean (and std)"
+        " over seeds."
     )
 caption = (
     f"Measured cost of the {w.paper} table runs under preset '{w.preset}' (mean over seeds; wall time includes"

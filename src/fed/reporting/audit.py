@@ -85,7 +85,10 @@ def audit_privacy(cells: list[dict]) -> pd.DataFrame:
                 "inversion_leakage": _num(arts.get("model_inversion", {}).get("leakage")),
             }
         )
-    return _mean_std(pd.DataFrame(rows), ["leakage", "inversion_leakage"]).round(3)
+    out = _mean_std(pd.DataFrame(rows), ["leakage", "inversion_leakage"])
+    return out[
+        KEYS + ["mb_shared", "records"] + [c for c in out.columns if c not in KEYS + ["mb_shared", "records"]]
+    ].round(3)
 
 
 def _num(v) -> float:
