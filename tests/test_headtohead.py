@@ -80,3 +80,61 @@ def test_the_cpu_overlay_cuts_rounds_epochs_and_budgets_not_the_grid(full, cpu):
     assert full.config["methods"]["h2h_fedzdac"]["start_round"] / full.preset("headtohead")["rounds"] == 0.8
     dpms = cpu.config["methods"]["h2h_feddpms"]["preliminary_rounds"]
     assert dpms / preset["rounds"] == full.config["methods"]["h2h_feddpms"]["preliminary_rounds"] / 100
+
+
+def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
+    import pandas as pd
+
+    from fed.reporting.answer import answer_table
+
+    def lb(regime, method, rank, diff, significant, note=""):
+        return {
+            "regime": regime,
+            "method": method,
+            "metric": "global_acc",
+            "higher_is_better": True,
+            "rank": rank,
+            "diff": diff,
+            "significant": significant,
+            "note": note,
+        }
+
+    leaderboard = pd.DataFrame(
+        [
+            lb("a", "fedavg", 2, None, False, "baseline"),
+            lb("a", "x", 1, 5.0, True),
+            lb("b", "fedavg", 1, None, False, "baseline"),
+            lb("b", "x", 2, -3.0, True),
+            lb("c", "x", 1, 1.0, False),
+            lb("all regimes", "x", 1.3, 1.0, False),
+            lb("all regimes", "fedavg", 1.7, None, False, "baseline"),
+        ]
+    )
+    privacy = pd.DataFrame(
+        {
+            "method": ["x", "x", "fedavg"],
+            "synthetic_samples": [10, 20, None],
+            "epsilon_total": [51.0, 51.0, None],
+            "mb_shared": [1.0, 3.0, 0.0],
+            "leakage": [0.1, 0.3, None],
+            "inversion_leakage": [0.0, 0.2, 0.05],
+        }
+    )
+    costs = pd.DataFrame(
+        {
+            "method": ["x", "x", "fedavg"],
+            "relative_to_fedavg": [2.0, 4.0, 1.0],
+            "mb_per_client_round": [1.0, 1.0, 1.0],
+            "stage_seconds": [10.0, 30.0, 0.0],
+            "peak_rss_mb": [700.0, 900.0, 500.0],
+        }
+    )
+    out = answer_table(leaderboard, costs, privacy, "global_acc").set_index("method")
+    assert list(out.index) == ["x", "fedavg"]  # by mean rank over all regimes
+    x = out.loc["x"]
+    assert x["global_acc vs baseline (all regimes)"] == "+1.00"  # not significant: no *
+    assert x["significantly better in"] == "a" and x["significantly worse in"] == "b"  # c: not significant
+    assert x["shares"] == "synthetic_samples" and out.loc["fedavg", "shares"] == "model updates only"
+    assert x["MB shared"] == 2.0 and x["leakage"] == pytest.approx(0.2) and x["ε"] == 51.0
+    assert x["time vs FedAvg"] == 3.0 and x["stage s"] == 20.0 and x["peak MB"] == 900.0
+    assert out.loc["fedavg", "global_acc vs baseline (all regimes)"] == "baseline"

@@ -344,6 +344,15 @@ class Grid:
         reductions = (self.preset(p).get("reduction", "") for p in presets)
         return "; ".join(dict.fromkeys(r for r in reductions if r))
 
+    def answers(self) -> dict[str, str]:
+        """{paper/answer_<preset>: leaderboard table name} of every audited leaderboard: its answer table
+        (fed.reporting.answer) reads the leaderboard, the paper's cost and privacy tables under its preset."""
+        return {
+            f"{t['paper']}/answer_{t['preset']}": name
+            for name, t in self.config["tables"].items()
+            if t.get("layout") == "leaderboard" and t.get("audit")
+        }
+
     # --- what `rule all` builds ---------------------------------------------------------------------------------
 
     def table_outputs(self) -> list[str]:
@@ -354,6 +363,7 @@ class Grid:
         tables += [f"{self.reports}/tables/{paper}/costs_{p}" for paper, p in costs]
         tables += [f"{self.reports}/tables/{paper}/privacy_{p}" for paper, p in costs]
         tables += [f"{self.reports}/tables/{paper}/claims" for paper in sorted(self.claim_papers)]
+        tables += [f"{self.reports}/tables/{answer}" for answer in self.answers()]
         summary = [f"{self.reports}/summary.{ext}" for ext in ("rst", "md", "html")]
         return [f"{t}.{ext}" for t in tables for ext in EXTENSIONS] + summary
 

@@ -113,3 +113,8 @@ wildcard_constraints:
     method=r"[^/]+",
     seed=r"\d+",
     stage=r"[^/]+",
+
+
+def answer_table(w):
+    """The audited leaderboard behind an answer table (Grid.answers)."""
+    return GRID.config["tables"][GRID.answers()[f"{w.paper}/answer_{w.preset}"]]

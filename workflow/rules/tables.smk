@@ -67,6 +67,33 @@ rule costs:
         "../scripts/costs.py"
 
 
+rule answer:
+    """An audited leaderboard's answer: per method, where it beats the baseline, at what privacy and compute price
+    (fed.reporting.answer: read from the leaderboard, cost and privacy tables)."""
+    input:
+        leaderboard=lambda w: f"{REPORTS}/tables/{answer_table(w)['output']}.csv",
+        costs=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.csv",
+        privacy=f"{REPORTS}/tables/{{paper}}/privacy_{{preset}}.csv",
+    output:
+        csv=f"{REPORTS}/tables/{{paper}}/answer_{{preset}}.csv",
+        md=f"{REPORTS}/tables/{{paper}}/answer_{{preset}}.md",
+        html=report(
+            f"{REPORTS}/tables/{{paper}}/answer_{{preset}}.html",
+            caption="../report/answer.rst",
+            category="Summary",
+            subcategory="{paper}",
+        ),
+    log:
+        "logs/answer/{paper}/{preset}.log",
+    conda:
+        "../../envs/fed.yaml"
+    params:
+        table=answer_table,
+        reduction=lambda w: GRID.preset(w.preset).get("reduction", ""),
+    script:
+        "../scripts/answer.py"
+
+
 rule claims:
     """A paper's headline statements, each supported / contradicted / inconclusive by a test over seeds."""
     input:
