@@ -17,7 +17,8 @@ What is audited (``shared_artifacts``), in input space, by the method's own code
   donor is the owner;
 - every method: **model inversion** of what any method sends, its model — ZSDG (Fed-ZDA's generator) run on the run's
   final global model (the server holds it, so does every client). It is a population statistic, so its records are
-  all clients' training data pooled and its held-out set the test set. FedAvg's row is this one alone.
+  all clients' training data pooled and its held-out set the test set, class by class as many of each
+  (``class_matched``: chance 1/2). FedAvg's row is this one alone.
   (ZSDG needs BatchNorm: a model without it has no inversion row.)
 FLea's and CCVR's features are not in input space: they are counted and sized, not tested here; FLea's
 reconstruction attack (``fed.attacks``, Fig. 9c) is the measure for features.
@@ -33,7 +34,9 @@ import torch
 
 from fed.zsdg import ZSDGConfig, zsdg
 
-INVERSION = {"per_class": 10, "iterations": 50, "lr": 0.1}  # ZSDG as Fed-ZDA's CPU presets run it
+# ZSDG for the audit: 5 images a class, 40 iterations (Fed-ZDA's CPU presets: 10 and 50; 100 images × 50 steps of
+# FedDPMS' CNN took 44 s a cell on this CPU, the audit's whole cost)
+INVERSION = {"per_class": 5, "iterations": 40, "lr": 0.1}
 
 
 @dataclass
@@ -46,16 +49,10 @@ class Shared:
 
 
 def dcr(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> torch.Tensor:
-    """Each artifact's Euclidean distance to its closest record (both flattened; exact, not by the matrix-product
-    expansion, so that a record's copy is at distance 0)."""
+    """Each artifact's Euclidean distance to its closest record (both flattened; in float64, where the
+    matrix-product expansion puts a record's copy within 1e-5 of 0)."""
     a, r = artifacts.flatten(1).double(), records.flatten(1).double()
-    return (
-        torch.cat(
-            [torch.cdist(part, r, compute_mode="donot_use_mm_for_euclid_dist").min(1).values for part in a.split(chunk)]
-        )
-        if len(a)
-        else a.new_zeros(0)
-    )
+    return torch.cat([torch.cdist(part, r).min(1).values for part in a.split(chunk)]) if len(a) else a.new_zeros(0)
 
 
 def closer_to_train(artifacts: torch.Tensor, train: torch.Tensor, holdout: torch.Tensor) -> torch.Tensor:
@@ -116,14 +113,30 @@ def item_bytes(algorithm, ctx) -> dict[str, int]:
     return sizes
 
 
-def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
+def class_matched(
+    train: tuple[torch.Tensor, torch.Tensor], hold: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Records of both sets with, per class, as many of each as the smaller set has (drawn at random): the pooled
+    training records of a non-IID partition and the balanced test set differ in their class mix, and an artifact
+    of a class the training records under-represent would otherwise find a held-out record closest more often
+    than chance. Chance is then 1/2."""
+    xs: tuple[list, list] = ([], [])
+    for c in torch.unique(torch.cat([train[1], hold[1]])):
+        parts = [x[y == c] for x, y in (train, hold)]
+        n = min(len(p) for p in parts)
+        for out, p in zip(xs, parts):
+            out.append(p[torch.randperm(len(p), generator=generator)[:n].to(p.device)])
+    return torch.cat(xs[0]), torch.cat(xs[1])
+
+
+def rates(items: list[Shared], ctx, generator: torch.Generator) -> dict[str, dict[str, float]]:
     """Per kind: artifacts, their float32 bytes, their closer-to-train rate against their owner's training and
     held-out records (an owner without held-out records is skipped), its chance level and the leakage score, and
     the median distances to the closest training and held-out record."""
     out: dict[str, dict[str, Any]] = {}
     for item in items:
-        if item.owner < 0:  # the global model's: every client's training records against the test set
-            train, hold = ctx.pooled_data()[0], ctx.test_set.x
+        if item.owner < 0:  # the global model's: every client's training records against the test set, per class
+            train, hold = class_matched(ctx.pooled_data(), (ctx.test_set.x, ctx.test_set.y), generator)
         else:
             train, hold = ctx.train_set.x[ctx.train_idx[item.owner]], ctx.train_set.x[ctx.test_idx[item.owner]]
         acc = out.setdefault(item.kind, {"n": 0, "bytes": 0, "hits": [], "null": [], "d_train": [], "d_hold": []})
@@ -175,6 +188,7 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
         ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
         algorithm.share(ctx)
     items = list(shared_artifacts(algorithm, ctx))
+    generator = torch.Generator().manual_seed(ctx.seed_int("leakage_records"))
     inversion = dict(inversion or INVERSION)
     if any(
         isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules()
@@ -183,7 +197,7 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
     return {
         "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
         "item_bytes": item_bytes(algorithm, ctx),
-        "artifacts": rates(items, ctx),
+        "artifacts": rates(items, ctx, generator),
         "inversion": inversion,
     }
 
