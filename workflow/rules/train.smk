@@ -98,7 +98,8 @@ rule train:
 rule audit:
     """What a finished cell's method shared, re-derived by its own code with the run's seeds, and its final model's
     inversion, each against its owner's training and held-out records (fed.leakage); with the peak memory of its
-    train job and of its stages' jobs (their benchmarks). For tables with ``audit: true``; committed with the cell."""
+    train job and of its stages' jobs (their benchmarks). For tables with ``audit: true``; committed with the cell.
+    """
     input:
         unpack(train_inputs),
         metrics=f"{CELL}/metrics.json",
@@ -115,6 +116,9 @@ rule audit:
         mem_mb=CONFIG["train_mem_mb"],
     params:
         data_root=lambda w, input: str(Path(input.data).parents[1]),
-        code=lambda w: [algorithm_code_hash(GRID.algorithm(w.method)), code_hash("fed.leakage")],
+        code=lambda w: [
+            algorithm_code_hash(GRID.algorithm(w.method)),
+            code_hash("fed.leakage"),
+        ],
     script:
         "../scripts/audit.py"
