@@ -84,6 +84,18 @@ def test_mean_batches_are_tested_against_their_own_client(synthetic_root):
     assert tens["dcr_train_median"] > 0  # a mean of ten is no record, though it may sit nearest its members
 
 
+def test_non_finite_artifacts_are_counted_not_tested(synthetic_root):
+    from fed.leakage import Shared, rates
+
+    ctx = engine(synthetic_root, "fedavg").ctx
+    x = ctx.train_set.x[ctx.train_idx[0][:3]].clone()
+    x[1] = float("nan")  # a diverged model's output
+    out = rates([Shared("raw_samples", 0, x)], ctx, torch.Generator().manual_seed(0))["raw_samples"]
+    assert out["n"] == 3 and out["non_finite"] == 1 and out["audited"] == 2 and out["leakage"] == 1.0
+    nan = rates([Shared("raw_samples", 0, x[1:2])], ctx, torch.Generator())["raw_samples"]
+    assert nan["audited"] == 0 and "leakage" not in nan  # nothing to test: no score, not a score of chance
+
+
 def test_a_method_that_shares_only_its_model_is_audited_by_inverting_it(synthetic_root):
     eng = engine(synthetic_root, "fedavg")
     out = audit(eng, eng.global_state, TINY)

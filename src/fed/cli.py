@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def export_reference(results: Path, reference: Path) -> list[str]:
-    """Copy every finished cell (``metrics.json`` written last, atomically) with its ``history.csv`` from
+    """Copy every finished cell (``metrics.json`` written last, atomically) with its ``history.csv`` (and its
+    ``audit.json`` and job ``benchmark.tsv`` where there are) from
     ``results/runs`` to ``reference/runs``, and list them in ``reference/MANIFEST.json`` with the commit of the code
     that ran them (as the cell recorded it; else the results folder's checkout now). Returns the cells, as paths
     relative to ``runs/``."""
@@ -116,6 +117,9 @@ def export_reference(results: Path, reference: Path) -> list[str]:
     for cell in cells:
         (reference / "runs" / cell).mkdir(parents=True, exist_ok=True)
         shutil.copyfile(results / "runs" / cell / "history.csv", reference / "runs" / cell / "history.csv")
+        for extra in ("audit.json", "benchmark.tsv"):  # an audited table's leakage and bytes; the job's peak memory
+            if (results / "runs" / cell / extra).exists():
+                shutil.copyfile(results / "runs" / cell / extra, reference / "runs" / cell / extra)
         record = json.loads((results / "runs" / cell / "metrics.json").read_text())
         part = results.parent / record["partition_file"]
         if "partition" not in record and part.exists():  # cells run before metrics.json recorded it

@@ -139,12 +139,16 @@ def rates(items: list[Shared], ctx, generator: torch.Generator) -> dict[str, dic
             train, hold = class_matched(ctx.pooled_data(), (ctx.test_set.x, ctx.test_set.y), generator)
         else:
             train, hold = ctx.train_set.x[ctx.train_idx[item.owner]], ctx.train_set.x[ctx.test_idx[item.owner]]
-        acc = out.setdefault(item.kind, {"n": 0, "bytes": 0, "hits": [], "null": [], "d_train": [], "d_hold": []})
+        acc = out.setdefault(
+            item.kind, {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "null": [], "d_train": [], "d_hold": []}
+        )
         acc["n"] += len(item.x)
         acc["bytes"] += item.x.numel() * 4
-        if not len(item.x) or not len(hold) or not len(train):
+        finite = torch.isfinite(item.x.flatten(1)).all(1)  # a diverged model's images are NaN: not tested
+        acc["non_finite"] += int((~finite).sum())
+        if not finite.any() or not len(hold) or not len(train):
             continue
-        a = item.x.to(train.dtype)
+        a = item.x[finite].to(train.dtype)
         d_train, d_hold = dcr(a, train), dcr(a, hold)
         acc["hits"].append(_hits(d_train, d_hold))
         acc["null"].append(torch.full((len(a),), len(train) / (len(train) + len(hold)), dtype=torch.double))
@@ -163,7 +167,7 @@ def rates(items: list[Shared], ctx, generator: torch.Generator) -> dict[str, dic
                 "dcr_train_median": float(torch.cat(acc["d_train"]).median()),
                 "dcr_holdout_median": float(torch.cat(acc["d_hold"]).median()),
             }
-        table[kind] = {"n": acc["n"], "bytes": acc["bytes"], **stats}
+        table[kind] = {"n": acc["n"], "bytes": acc["bytes"], "non_finite": acc["non_finite"], **stats}
     return table
 
 
