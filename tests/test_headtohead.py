@@ -138,3 +138,14 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
     assert x["MB shared"] == 2.0 and x["leakage"] == pytest.approx(0.2) and x["ε"] == 51.0
     assert x["time vs FedAvg"] == 3.0 and x["stage s"] == 20.0 and x["peak MB"] == 900.0
     assert out.loc["fedavg", "global_acc vs baseline (all regimes)"] == "baseline"
+
+
+def test_the_committed_dir05_cells_are_current_with_their_audits(cpu):
+    """reference/headtohead_cpu holds the Dir(0.5) regime: its tables rebuild from a fresh clone with no training and
+    no audit (metrics.json and audit.json both read from the committed copy)."""
+    table = cpu.config["tables"]["headtohead_leaderboard"]
+    cells = [c for c in cpu.cost_cells(table["paper"], table["preset"], audited=True) if c["partition"] == "h2h_dir0.5"]
+    assert len(cells) == 36
+    for c in cells:
+        for file in ("metrics.json", "audit.json"):
+            assert cpu.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu/")), (c, file)
