@@ -194,9 +194,8 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
     items = list(shared_artifacts(algorithm, ctx))
     generator = torch.Generator().manual_seed(ctx.seed_int("leakage_records"))
     inversion = dict(inversion or INVERSION)
-    if any(
-        isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules()
-    ):  # ZSDG matches BatchNorm statistics; a model without them is not inverted
+    batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules())
+    if batchnorm:  # ZSDG matches BatchNorm statistics; a model without them is not inverted
         items.append(invert(ctx, state, ctx.seed_int("leakage"), inversion))
     return {
         "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
