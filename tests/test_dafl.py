@@ -259,18 +259,23 @@ def test_the_gan_stage_file_holds_generators_and_accounting_never_data(dafl_cell
         assert not any(isinstance(v, torch.Tensor) for k, v in client.items() if k != "generator")
 
 
-def test_raw_client_data_never_leaves_the_client(dafl_cell, synthetic_root):
-    spec, part, gans = dafl_cell
-    engine = Engine(
+def dafl_engine(spec, part, gans, root):
+    """An engine of the fixture's DA-FL cell, its GAN stage given."""
+    return Engine(
         CFG,
         build_algorithm("dafl", **spec.params),
-        load_dataset("synthetic", synthetic_root, "train"),
-        load_dataset("synthetic", synthetic_root, "test"),
+        load_dataset("synthetic", root, "train"),
+        load_dataset("synthetic", root, "test"),
         json.loads(part.read_text()),
         0,
         stages={"gans": gans},
         progress=None,
     )
+
+
+def test_raw_client_data_never_leaves_the_client(dafl_cell, synthetic_root):
+    spec, part, gans = dafl_cell
+    engine = dafl_engine(spec, part, gans, synthetic_root)
     ctx, dafl = engine.ctx, engine.algorithm
     dafl.setup(ctx)
     reads = []
@@ -316,16 +321,7 @@ def test_the_leakage_audit_tests_each_client_s_synthetic_samples_against_its_own
     from fed.leakage import audit, closer_to_train
 
     spec, part, gans = dafl_cell
-    engine = Engine(
-        CFG,
-        build_algorithm("dafl", **spec.params),
-        load_dataset("synthetic", synthetic_root, "train"),
-        load_dataset("synthetic", synthetic_root, "test"),
-        json.loads(part.read_text()),
-        0,
-        stages={"gans": gans},
-        progress=None,
-    )
+    engine = dafl_engine(spec, part, gans, synthetic_root)
     out = audit(engine, engine.global_state, {"per_class": 1, "iterations": 2})["artifacts"]["synthetic_samples"]
     ctx, dafl = engine.ctx, engine.algorithm
     x = ctx.train_set.x

@@ -24,8 +24,8 @@ def _records(cells: list[dict]) -> list[tuple[dict, dict, dict]]:
 
 def _mean_std(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     """Mean over seeds per (dataset, partition, method), with ``<col>_std`` beside each of ``columns``."""
-    agg = {c: "mean" for c in df.columns if c not in KEYS + ["seed", "algorithm", "records"]}
-    agg |= {c: "first" for c in ("algorithm", "records") if c in df.columns}
+    agg = {c: "mean" for c in df.columns if c not in KEYS + ["seed", "records"]}
+    agg["records"] = "first"
     out = df.groupby(KEYS, sort=False).agg(agg)
     for c in columns:
         out.insert(out.columns.get_loc(c) + 1, f"{c}_std", df.groupby(KEYS, sort=False)[c].std())
