@@ -103,10 +103,23 @@ def test_a_method_that_shares_only_its_model_is_audited_by_inverting_it(syntheti
     inv = out["artifacts"]["model_inversion"]
     assert inv["n"] == inv["audited"] == TINY["per_class"] * eng.ctx.num_classes
     assert inv["leakage"] < 1 and inv["dcr_train_median"] > 0
-    assert inv["chance"] == 0.5  # class-matched: as many training as test records of every class
+    assert inv["chance"] == 0.5  # class-matched: as many training as held-out records of every class
     assert out["inversion"] == TINY
     assert out["model_bytes"] == sum(v.numel() * v.element_size() for v in eng.global_state.values())
     assert out["item_bytes"]["raw_samples"] == eng.ctx.train_set.x[0].numel() * 4
+
+
+def test_the_inversion_s_held_out_records_are_the_clients_held_out_splits(synthetic_root):
+    # records of the training file never trained on (not the test file, which lies farther from any image): a copy
+    # of each is its own closest held-out record (every class has fewer held-out than training records, so class
+    # matching keeps all of them), never nearer a training record
+    from fed.leakage import Shared, rates
+
+    ctx = engine(synthetic_root, "fedavg").ctx
+    held, _ = ctx.samples(torch.cat(ctx.test_idx))
+    out = rates([Shared("model_inversion", -1, held)], ctx, torch.Generator().manual_seed(0))["model_inversion"]
+    assert out["audited"] == len(held) and out["chance"] == 0.5
+    assert out["closer_to_train"] == 0.0 and out["dcr_holdout_median"] < 1e-5
 
 
 def write(tmp_path, name, audit_record, metrics):
