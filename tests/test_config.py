@@ -98,6 +98,11 @@ def test_schema_rejects_out_of_range_values(mutate, key, message):
         ),
         (lambda c: c["methods"]["fedprox"].update(nu=1), "unknown parameter 'nu' of fedprox; valid: \\['mu'\\]"),
         (lambda c: c["presets"]["fedzda"].update(model="resnet9000"), "unknown model 'resnet9000'"),
+        (  # a method sets how its clients train, never the protocol every method shares
+            lambda c: c["methods"]["fedprox"].update(protocol={"rounds": 5}),
+            "method 'fedprox': protocol keys \\['rounds'\\] are not local training settings",
+        ),
+        (lambda c: c["methods"]["fedprox"].update(protocol={"lr": "fast"}), "protocol: lr='fast' is not int or float"),
     ],
 )
 def test_names_are_checked_against_registries(mutate, message):

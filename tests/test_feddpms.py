@@ -373,6 +373,55 @@ def test_warm_start_refuses_a_checkpoint_of_another_stage(dpms_run, synthetic_ro
         other.run()
 
 
+def test_a_method_s_protocol_trains_its_stage_i_and_its_cell_with_its_own_optimiser(synthetic_root, tmp_path):
+    """``protocol:`` (the head-to-head's FedDPMS: its authors' Adam under an SGD preset): Stage I and the cell train
+    with it, the cell records it, and a cell without it refuses that Stage I (other trajectory settings)."""
+    part = tmp_path / "part.json"
+    part.write_text(
+        json.dumps(make_partition(load_labels("synthetic", synthetic_root), "dirichlet", 4, 0, 0.0, beta=0.3))
+    )
+    sgd = FLConfig(**{**CFG.to_dict(), "optimizer": "sgd", "lr": 0.05, "momentum": 0.5, "batch_size": 8})
+    protocol = {"optimizer": "adam", "lr": 2e-3, "batch_size": 16}
+    stage = Stage.of("vae_prelim", rounds=2, vae_weight=0.05).with_protocol(protocol)
+    assert stage.key == "vae_prelim-fl_batch_size16-fl_lr0.002-fl_optimizeradam-rounds2-vae_weight0.05"
+    run_stage(stage, sgd, "synthetic", synthetic_root, part, 0, tmp_path / "s1.pt", tmp_path / "w", progress=None)
+    stage1 = torch.load(tmp_path / "s1.pt", weights_only=False)
+    assert stage1["stage"] == Stage.of("vae_prelim", rounds=2, vae_weight=0.05).key  # what FedDPMS declares
+    # the same two rounds by an engine on the preset with the protocol's values written in by hand
+    adam = FLConfig(**{**sgd.to_dict(), "optimizer": "adam", "lr": 2e-3, "batch_size": 16, "rounds": 2})
+    direct = Engine(
+        adam,
+        build_algorithm("feddpms", preliminary_rounds=2),
+        load_dataset("synthetic", synthetic_root, "train"),
+        load_dataset("synthetic", synthetic_root, "test"),
+        json.loads(part.read_text()),
+        0,
+        work_dir=tmp_path / "direct",
+        progress=None,
+    )
+    direct.run()
+    for k, v in stage1["global_state"].items():
+        assert torch.equal(v, direct.global_state[k].cpu()), k
+    spec = MethodSpec("feddpms", "feddpms", DPMS, protocol=protocol)
+    warm = {"warm": tmp_path / "s1.pt"}
+    out = run_cell(sgd, spec, "synthetic", synthetic_root, part, 0, tmp_path / "c", stages=warm, progress=None)
+    record = json.loads((tmp_path / "c/metrics.json").read_text())
+    assert {k: record["config"][k] for k in protocol} == protocol and record["config"]["momentum"] == 0.5
+    assert record["method"]["protocol"] == protocol and out["history"][-1]["round"] == 3
+    with pytest.raises(ValueError, match="other settings"):  # the preset's SGD cannot continue an Adam Stage I
+        run_cell(
+            sgd,
+            MethodSpec("feddpms", "feddpms", DPMS),
+            "synthetic",
+            synthetic_root,
+            part,
+            0,
+            tmp_path / "c2",
+            stages=warm,
+            progress=None,
+        )
+
+
 def test_feddpms_rejects_a_model_without_a_vae_trunk_and_bad_settings():
     with pytest.raises(ValueError, match="VAE trunk"):
         Engine(

@@ -43,6 +43,14 @@ def test_the_full_grid_is_12_methods_by_6_regimes_by_3_seeds_on_one_model_and_pr
     }
 
 
+def test_feddpms_trains_with_its_authors_optimiser_in_stage_i_and_its_cells(full):
+    stage = full.method_stages("h2h_feddpms")["warm"]
+    assert stage in full.stages[("headtohead", "fmnist", "h2h_dir0.5", 1)].values()  # the stage job the DAG runs
+    assert stage.protocol == {"optimizer": "adam", "lr": 0.001, "batch_size": 64}
+    assert stage.key == "vae_prelim-fl_batch_size64-fl_lr0.001-fl_optimizeradam-rounds20-vae_weight0.05"
+    assert not full.method_stages("h2h_fedprox")["tuning"].protocol  # the others: the preset's SGD
+
+
 @pytest.mark.parametrize("h2h,paper", PAPERS.items())
 def test_each_method_has_its_papers_hyper_parameters(full, h2h, paper):
     """The h2h_ entries copy their paper's method; only the start round (Fed-ZDA's 80 % of the rounds) and
@@ -55,6 +63,10 @@ def test_each_method_has_its_papers_hyper_parameters(full, h2h, paper):
             ours["tune"]["grid"]["mu"]
         )
         return
+    if "protocol" in ours:  # FedDPMS: its authors' local optimiser, which is its paper preset's (config/papers)
+        preset = load_yaml(REPO / f"config/papers/{file}.yaml")["presets"][file]
+        assert ours["protocol"] == {k: preset[k] for k in ours["protocol"]} and h2h == "h2h_feddpms"
+        ours = {k: v for k, v in ours.items() if k != "protocol"}
     assert ours == theirs
 
 

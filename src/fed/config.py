@@ -76,11 +76,19 @@ class FLConfig:
         if missing:
             raise ValueError(f"{name}: the protocol must be stated; missing {missing}")
         values = for_dataset(values, dataset, name)
-        for key, value in values.items():
-            expected = _TYPES[fields[key].type]
-            if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
-                raise ValueError(f"{name}: {key}={value!r} is not {' or '.join(t.__name__ for t in expected)}")
+        _check_types(values, name)
         return cls(**values)
+
+    def with_protocol(self, protocol: dict[str, Any] | None, name: str = "method") -> FLConfig:
+        """This preset with a method's own local training settings (``protocol:`` of a method, e.g. FedDPMS' Adam at
+        lr 1e-3 and B = 64 in a head-to-head whose preset trains with SGD) in place of the preset's."""
+        if not protocol:
+            return self
+        if unknown := sorted(set(protocol) - set(LOCAL_PROTOCOL)):
+            valid = list(LOCAL_PROTOCOL)
+            raise ValueError(f"{name}: protocol keys {unknown} are not local training settings; valid: {valid}")
+        _check_types(protocol, f"{name}: protocol")
+        return dataclasses.replace(self, **protocol)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
@@ -102,6 +110,18 @@ def for_dataset(preset: dict[str, Any], dataset: str, name: str = "preset") -> d
 
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None))}
 
+# what a method may set for itself (``protocol:``): how its clients train locally, never who takes part, for how
+# many rounds, on which model or how the server aggregates — those stay the preset's, the same for every method
+LOCAL_PROTOCOL = ("optimizer", "lr", "momentum", "batch_size", "weight_decay", "local_epochs", "lr_decay", "lr_min")
+
+
+def _check_types(values: dict[str, Any], name: str) -> None:
+    fields = {f.name: f for f in dataclasses.fields(FLConfig)}
+    for key, value in values.items():
+        expected = _TYPES[fields[key].type]
+        if not isinstance(value, expected) or (isinstance(value, bool) and bool not in expected):
+            raise ValueError(f"{name}: {key}={value!r} is not {' or '.join(t.__name__ for t in expected)}")
+
 
 @dataclass
 class MethodSpec:
@@ -111,12 +131,13 @@ class MethodSpec:
     algorithm: str
     params: dict[str, Any] = field(default_factory=dict)
     tune: dict[str, Any] | None = None  # hyper-parameters chosen on held-out client data (TUNE_DEFAULTS)
+    protocol: dict[str, Any] = field(default_factory=dict)  # its own local training settings (FLConfig.with_protocol)
 
     @classmethod
     def from_config(cls, name: str, spec: dict[str, Any]) -> MethodSpec:
         spec = dict(spec)
-        tune = spec.pop("tune", None)
-        return cls(name=name, algorithm=spec.pop("algorithm", name), params=spec, tune=tune and TUNE_DEFAULTS | tune)
+        tune, protocol = spec.pop("tune", None), spec.pop("protocol", None) or {}
+        return cls(name, spec.pop("algorithm", name), spec, tune and TUNE_DEFAULTS | tune, dict(protocol))
 
     def grid(self) -> list[dict[str, Any]]:
         """The grid points of ``tune.grid``, each a {parameter: value} mapping."""

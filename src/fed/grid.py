@@ -203,7 +203,7 @@ class Grid:
         spec = MethodSpec.from_config(method, self.config["methods"][method])
         reasons = stale_reasons(
             json.loads(path.read_text()),
-            FLConfig.from_preset(self.preset(preset), dataset, preset).to_dict(),
+            FLConfig.from_preset(self.preset(preset), dataset, preset).with_protocol(spec.protocol).to_dict(),
             spec.algorithm,
             spec.params,
             self.config["partitions"][partition],
@@ -244,7 +244,10 @@ class Grid:
         stages = self.method_algorithm(method).stages()
         if "tune" in self.config["methods"][method]:
             stages["tuning"] = Stage.of("tuning", method=method)
-        return {n: s for n, s in stages.items() if self.config["warm_start"] or not s.spec.optional}
+        protocol = MethodSpec.from_config(method, self.config["methods"][method]).protocol
+        return {
+            n: s.with_protocol(protocol) for n, s in stages.items() if self.config["warm_start"] or not s.spec.optional
+        }
 
     @staticmethod
     def stage_key(key: Key, stage: Stage) -> Key:

@@ -108,7 +108,7 @@ def run_vae_prelim(job: StageJob) -> None:
     run = job.engine(MethodSpec("feddpms-stage1", "feddpms", params), rounds=job.stage.param("rounds"))
     run.run()
     ckpt = torch.load(run.checkpoint_path, weights_only=False, map_location="cpu")
-    torch.save({**ckpt, "stage": job.stage.key}, job.out)
+    torch.save({**ckpt, "stage": job.stage.declared.key}, job.out)
 
 
 def run_centralized_model(job: StageJob) -> None:
@@ -256,7 +256,9 @@ def run_stage(
     progress: TextIO | None = sys.stderr,
     method: MethodSpec | None = None,
 ) -> None:
-    """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``."""
+    """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``; with
+    the method's local training settings where the stage carries them (``Stage.protocol``)."""
+    cfg = cfg.with_protocol(stage.protocol, stage.key)
 
     def engine(method: str | MethodSpec, rounds: int | None = None, **kwargs) -> Engine:
         run_cfg = cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)
@@ -295,12 +297,14 @@ def run_cell(
     stages: dict[str, Path] | None = None,
 ) -> dict[str, Any]:
     method, tuning = tuned(method, stages)
+    cfg = cfg.with_protocol(method.protocol, method.name)  # the settings it runs with are the ones recorded
     cell = {
         "dataset": dataset,
         "partition_file": str(partition_file),
         "partition": partition_spec(partition_file),  # what a committed copy of this cell is checked against
         "seed": seed,
-        "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params},
+        "method": {"name": method.name, "algorithm": method.algorithm, "params": method.params}
+        | ({"protocol": method.protocol} if method.protocol else {}),
         "config": cfg.to_dict(),
     }
     if tracking:  # recorded also when not followed live: fed.tracking.log_finished logs the cell from its record

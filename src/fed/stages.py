@@ -24,6 +24,10 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
 - ``vae_prelim`` (rounds=P, vae_weight=λ): FedDPMS' Stage I — P rounds of VAE training with local decoders, ending
   with the global decoder. Its checkpoint is where every FedDPMS cell with that (P, λ) continues, whatever its
   noise, clipping and quota. Optional: with ``warm_start: false`` each cell trains its own Stage I.
+
+A stage that runs the method's own rounds (``vae_prelim``, ``tuning``: ``StageKind.own_protocol``) trains with the
+method's ``protocol:`` (its local optimiser in place of the preset's, ``FLConfig.with_protocol``): the workflow adds
+it to the stage's parameters as ``fl_<setting>``, so it is part of the stage's file name and identity.
 """
 
 from __future__ import annotations
@@ -62,6 +66,27 @@ class Stage:
     def param(self, name: str) -> Any:
         return dict(self.params)[name]
 
+    def with_protocol(self, protocol: dict[str, Any]) -> Stage:
+        """This stage run with a method's local training settings (``fl_<setting>`` parameters), where its kind
+        runs the method's own rounds."""
+        if not (protocol and self.spec.own_protocol):
+            return self
+        return Stage.of(self.kind, **dict(self.params), **{f"{PROTOCOL_PREFIX}{k}": v for k, v in protocol.items()})
+
+    @property
+    def protocol(self) -> dict[str, Any]:
+        """The local training settings this stage runs with in place of the preset's (empty: the preset's)."""
+        return {k.removeprefix(PROTOCOL_PREFIX): v for k, v in self.params if k.startswith(PROTOCOL_PREFIX)}
+
+    @property
+    def declared(self) -> Stage:
+        """The stage as the method declares it (``Algorithm.stages()``), without the protocol: what a warm-start
+        checkpoint is tagged with (its protocol is in the checkpoint's trajectory fingerprint)."""
+        return Stage(self.kind, tuple((k, v) for k, v in self.params if not k.startswith(PROTOCOL_PREFIX)))
+
+
+PROTOCOL_PREFIX = "fl_"
+
 
 @dataclass(frozen=True)
 class StageKind:
@@ -70,12 +95,14 @@ class StageKind:
     per_seed: bool = True  # False: computed once, on seed 0's partition and streams, for every seed's cells
     key_params: tuple[str, ...] | None = None  # name only these in the file name, hash the rest (many settings)
     algorithm: str | None = None  # the method whose code it runs (fed.identity); None: the method it tunes
+    own_protocol: bool = False  # runs the method's own rounds: the method's ``protocol:`` applies to it
 
 
 STAGE_KINDS: dict[str, StageKind] = {
     "fedavg_prefix": StageKind(optional=True, continues_from="rounds", algorithm="fedavg"),
     "centralized_model": StageKind(algorithm="centralized"),
-    "tuning": StageKind(per_seed=False),  # q-FFL's authors select q once, not per seed
+    "tuning": StageKind(per_seed=False, own_protocol=True),  # q-FFL's authors select q once, not per seed
     "dp_cgan": StageKind(key_params=("epsilon",), algorithm="dafl"),  # DA-FL: one DP-CGAN per client, for every γ
-    "vae_prelim": StageKind(optional=True, algorithm="feddpms"),  # FedDPMS' Stage I, shared by every σ, C and α
+    # FedDPMS' Stage I, shared by every σ, C and α
+    "vae_prelim": StageKind(optional=True, algorithm="feddpms", own_protocol=True),
 }

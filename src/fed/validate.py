@@ -46,8 +46,12 @@ def check_config(config: dict[str, Any]) -> list[str]:
             if "tune" in spec:
                 errors += [f"method {name!r}: {e}" for e in tune_errors(spec)]
                 points = [spec | point for point in MethodSpec.from_config(name, spec).grid()]
+            try:
+                FLConfig().with_protocol(spec.get("protocol"), f"method {name!r}")
+            except ValueError as err:
+                errors.append(str(err))
             for point in points:
-                params = {k: v for k, v in point.items() if k not in ("algorithm", "tune")}
+                params = {k: v for k, v in point.items() if k not in ("algorithm", "tune", "protocol")}
                 errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], params)]
     for name, spec in partitions.items():
         if spec["scheme"] not in PARTITIONS:
