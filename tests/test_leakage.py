@@ -11,7 +11,7 @@ from fed.config import FLConfig
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
 from fed.engine import Engine
-from fed.leakage import audit, class_matched, closer_to_train, dcr, leakage_score
+from fed.leakage import audit, closer_to_train, dcr, leakage_score
 from fed.reporting.audit import audit_costs, audit_privacy
 
 TINY = {"per_class": 2, "iterations": 3, "lr": 0.1}  # the model inversion, small
@@ -34,13 +34,29 @@ def test_dcr_and_closer_to_train_by_hand():
     assert leakage_score(0.5, 0.75) == pytest.approx(-1.0)  # nearer held-out records than chance
 
 
-def test_class_matched_keeps_as_many_of_each_class_on_both_sides():
-    train = (torch.arange(10.0)[:, None], torch.tensor([0, 0, 0, 0, 0, 0, 1, 1, 1, 2]))
-    hold = (torch.arange(10.0, 16.0)[:, None], torch.tensor([0, 0, 1, 1, 1, 1]))
-    a, b = class_matched(train, hold, torch.Generator().manual_seed(0))
-    assert len(a) == len(b) == 2 + 3  # class 0: 2 (held-out's), class 1: 3 (train's), class 2: none held out
-    assert set(a.flatten().tolist()) <= set(range(10)) and set(b.flatten().tolist()) <= set(range(10, 16))
-    assert sorted(a.flatten().tolist())[-3:] == [6.0, 7.0, 8.0]  # every class-1 training record
+def test_each_distinct_nearest_record_counts_once_by_hand():
+    """Hubs: five artifacts near one held-out record are one piece of evidence, not five."""
+    from types import SimpleNamespace
+
+    from fed.leakage import Shared, rates
+
+    x = torch.tensor([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0], [0.0, 10.0], [50.0, 50.0], [90.0, 90.0]])
+    ctx = SimpleNamespace(
+        train_idx=[torch.tensor([0, 1, 2]), torch.tensor([4])],
+        test_idx=[torch.tensor([3]), torch.tensor([5])],
+        samples=lambda idx: (x[idx], None),
+    )
+    near_3 = torch.tensor([[0.0, 9.0], [0.1, 9.0], [0.0, 9.5], [0.2, 9.2], [0.0, 9.9]])  # all nearest to 3 (held out)
+    a = torch.cat([near_3, torch.tensor([[10.0, 0.1], [0.0, 5.0]])])  # nearest to 1 (train); a tie of 0 and 3
+    out = rates([Shared("k", 0, a)], ctx)["k"]
+    assert out["closer_to_train"] == pytest.approx((1 + 0.5) / 7)  # per artifact
+    assert out["distinct_nearest"] == 3  # records 3, 1 and 0 (a tie goes to the training record)
+    assert out["closer_to_train_distinct"] == pytest.approx((0 + 1 + 0.5) / 3) and out["chance"] == 0.75
+    assert out["leakage"] == pytest.approx((0.5 - 0.75) / 0.25)
+    # the model's (owner -1): all clients' records pooled, chance 4 training of 6
+    pooled = rates([Shared("m", -1, torch.tensor([[60.0, 60.0], [89.0, 89.0]]))], ctx)["m"]
+    assert pooled["chance"] == pytest.approx(4 / 6) and pooled["closer_to_train_distinct"] == 0.5
+    assert pooled["leakage"] == pytest.approx((0.5 - 4 / 6) / (1 - 4 / 6))
 
 
 def engine(root, method, **params):
@@ -90,9 +106,9 @@ def test_non_finite_artifacts_are_counted_not_tested(synthetic_root):
     ctx = engine(synthetic_root, "fedavg").ctx
     x = ctx.train_set.x[ctx.train_idx[0][:3]].clone()
     x[1] = float("nan")  # a diverged model's output
-    out = rates([Shared("raw_samples", 0, x)], ctx, torch.Generator().manual_seed(0))["raw_samples"]
+    out = rates([Shared("raw_samples", 0, x)], ctx)["raw_samples"]
     assert out["n"] == 3 and out["non_finite"] == 1 and out["audited"] == 2 and out["leakage"] == 1.0
-    nan = rates([Shared("raw_samples", 0, x[1:2])], ctx, torch.Generator())["raw_samples"]
+    nan = rates([Shared("raw_samples", 0, x[1:2])], ctx)["raw_samples"]
     assert nan["audited"] == 0 and "leakage" not in nan  # nothing to test: no score, not a score of chance
 
 
@@ -103,23 +119,23 @@ def test_a_method_that_shares_only_its_model_is_audited_by_inverting_it(syntheti
     inv = out["artifacts"]["model_inversion"]
     assert inv["n"] == inv["audited"] == TINY["per_class"] * eng.ctx.num_classes
     assert inv["leakage"] < 1 and inv["dcr_train_median"] > 0
-    assert inv["chance"] == 0.5  # class-matched: as many training as held-out records of every class
+    train, held = (sum(map(len, idx)) for idx in (eng.ctx.train_idx, eng.ctx.test_idx))
+    assert inv["chance"] == pytest.approx(train / (train + held))  # every client's records pooled
     assert out["inversion"] == TINY
     assert out["model_bytes"] == sum(v.numel() * v.element_size() for v in eng.global_state.values())
     assert out["item_bytes"]["raw_samples"] == eng.ctx.train_set.x[0].numel() * 4
 
 
 def test_the_inversion_s_held_out_records_are_the_clients_held_out_splits(synthetic_root):
-    # records of the training file never trained on (not the test file, which lies farther from any image): a copy
-    # of each is its own closest held-out record (every class has fewer held-out than training records, so class
-    # matching keeps all of them), never nearer a training record
+    # records of the training file never trained on (not the test file): a copy of each is its own closest
+    # held-out record, never nearer a training record
     from fed.leakage import Shared, rates
 
     ctx = engine(synthetic_root, "fedavg").ctx
     held, _ = ctx.samples(torch.cat(ctx.test_idx))
-    out = rates([Shared("model_inversion", -1, held)], ctx, torch.Generator().manual_seed(0))["model_inversion"]
-    assert out["audited"] == len(held) and out["chance"] == 0.5
-    assert out["closer_to_train"] == 0.0 and out["dcr_holdout_median"] < 1e-5
+    out = rates([Shared("model_inversion", -1, held)], ctx)["model_inversion"]
+    assert out["audited"] == out["distinct_nearest"] == len(held)
+    assert out["closer_to_train"] == out["closer_to_train_distinct"] == 0.0 and out["dcr_holdout_median"] < 1e-5
 
 
 def write(tmp_path, name, audit_record, metrics):
@@ -148,7 +164,9 @@ def test_audited_columns_by_hand(tmp_path):
                 "artifacts": {
                     "synthetic_samples": {
                         "leakage": 0.2,
-                        "closer_to_train": 0.8,
+                        "closer_to_train": 0.9,
+                        "closer_to_train_distinct": 0.8,
+                        "distinct_nearest": 17,
                         "chance": 0.75,
                         "dcr_train_median": 2.0,
                         "dcr_holdout_median": 4.0,
@@ -174,5 +192,6 @@ def test_audited_columns_by_hand(tmp_path):
     assert privacy.loc["dafl", "records"] == "synthetic_samples" and privacy.loc["scaffold", "records"] == ""
     assert privacy.loc["dafl", "leakage"] == 0.2 and math.isnan(privacy.loc["scaffold", "leakage"])
     assert privacy.loc["dafl", "dcr_holdout"] == 4.0 and privacy.loc["dafl", "chance"] == 0.75
+    assert privacy.loc["dafl", "closer_to_train"] == 0.8 and privacy.loc["dafl", "nearest_records"] == 17
     assert privacy.loc["dafl", "mb_shared"] == pytest.approx(3.136)  # the ε in the ledger is not an item
     assert privacy.loc["scaffold", "inversion_leakage"] == 0.0

@@ -5,9 +5,16 @@ artifact that left a client, is its closest real record (Euclidean, in the model
 the *training* records of the client that produced it, or one of the *held-out* records of that client (its local
 test split, from the same distribution, never trained on)? With n_t training and n_h held-out records, an artifact
 that carries nothing of its own records finds its closest record among the training ones with probability
-p = n_t / (n_t + n_h) (the records are exchangeable); raw records always do (distance 0). The **leakage score**
-(rate − p̄) / (1 − p̄) over a set of artifacts is 0 without evidence of memorisation and 1 for raw records; the rate,
-p̄ and the median distances are kept beside it.
+p = n_t / (n_t + n_h) (the records are exchangeable); raw records always do (distance 0).
+
+**Hubs.** In 784 dimensions the nearest records of images off the data manifold concentrate on a few *hub* records
+(200 noise images of FMNIST found 3–12 distinct nearest records among 15,000): a rate over artifacts then rests on
+a few coin flips, and every method whose images fall near the same hub gets the same bias (the first audits gave
+every model's inversion −0.3 to −0.8, noise −0.81). So the score counts each distinct nearest record once — the
+mean hit of the artifacts nearest to it, averaged over those records (``closer_to_train_distinct``; ``chance`` its
+p averaged likewise) — and ``distinct_nearest``, the number of such records, is its sample size. The **leakage
+score** (rate − p̄) / (1 − p̄) is 0 without evidence of memorisation and 1 for raw records (each its own nearest);
+the per-artifact rate (``closer_to_train``) and the median distances are kept beside it.
 
 What is audited (``shared_artifacts``), in input space, by the method's own code with the run's seeds:
 - FedData: the raw samples each client shares;
@@ -17,11 +24,8 @@ What is audited (``shared_artifacts``), in input space, by the method's own code
   donor is the owner;
 - every method: **model inversion** of what any method sends, its model — ZSDG (Fed-ZDA's generator) run on the run's
   final global model (the server holds it, so does every client). It is a population statistic, so its records are
-  all clients' training data pooled and its held-out set all clients' held-out splits pooled (records of the same
-  training file, never trained on), class by class as many of each (``class_matched``: chance 1/2). Not the test
-  set: the FMNIST test file lies farther from ZSDG's images — and from random noise — than the training file does,
-  so every model scored below chance against it (−0.33 to −0.72 in the Dir(0.5) audits). FedAvg's row is this one
-  alone.
+  all clients' training records pooled and its held-out set all their held-out splits pooled (the same clients, so
+  the same class mix; chance n_t / (n_t + n_h) as for a client). FedAvg's row is this one alone.
   (ZSDG needs BatchNorm: a model without it has no inversion row.)
 FLea's and CCVR's features are not in input space: they are counted and sized, not tested here; FLea's
 reconstruction attack (``fed.attacks``, Fig. 9c) is the measure for features.
@@ -54,8 +58,16 @@ class Shared:
 def dcr(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> torch.Tensor:
     """Each artifact's Euclidean distance to its closest record (both flattened; in float64, where the
     matrix-product expansion puts a record's copy within 1e-5 of 0)."""
+    return _nearest(artifacts, records, chunk)[0]
+
+
+def _nearest(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each artifact's distance to its closest record and that record's position."""
     a, r = artifacts.flatten(1).double(), records.flatten(1).double()
-    return torch.cat([torch.cdist(part, r).min(1).values for part in a.split(chunk)]) if len(a) else a.new_zeros(0)
+    if not len(a):
+        return a.new_zeros(0), torch.zeros(0, dtype=torch.long, device=a.device)
+    found = [torch.cdist(part, r).min(1) for part in a.split(chunk)]
+    return torch.cat([f.values for f in found]), torch.cat([f.indices for f in found])
 
 
 def closer_to_train(artifacts: torch.Tensor, train: torch.Tensor, holdout: torch.Tensor) -> torch.Tensor:
@@ -116,45 +128,34 @@ def item_bytes(algorithm, ctx) -> dict[str, int]:
     return sizes
 
 
-def class_matched(
-    train: tuple[torch.Tensor, torch.Tensor], hold: tuple[torch.Tensor, torch.Tensor], generator: torch.Generator
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Records of both sets with, per class, as many of each as the smaller set has (drawn at random): the pooled
-    training records of a non-IID partition and the balanced test set differ in their class mix, and an artifact
-    of a class the training records under-represent would otherwise find a held-out record closest more often
-    than chance. Chance is then 1/2."""
-    xs: tuple[list, list] = ([], [])
-    for c in torch.unique(torch.cat([train[1], hold[1]])):
-        parts = [x[y == c] for x, y in (train, hold)]
-        n = min(len(p) for p in parts)
-        for out, p in zip(xs, parts):
-            out.append(p[torch.randperm(len(p), generator=generator)[:n].to(p.device)])
-    return torch.cat(xs[0]), torch.cat(xs[1])
-
-
-def rates(items: list[Shared], ctx, generator: torch.Generator) -> dict[str, dict[str, float]]:
+def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
     """Per kind: artifacts, their float32 bytes, their closer-to-train rate against their owner's training and
-    held-out records (an owner without held-out records is skipped), its chance level and the leakage score, and
-    the median distances to the closest training and held-out record."""
+    held-out records (an owner without held-out records is skipped), the same rate over their distinct nearest
+    records, its chance level and the leakage score, and the median distances to the closest training and held-out
+    record."""
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         if item.owner < 0:  # the global model's: all clients' training records against all their held-out ones
-            train, hold = class_matched(ctx.pooled_data(), ctx.samples(torch.cat(ctx.test_idx)), generator)
+            train_idx, hold_idx = torch.cat(ctx.train_idx), torch.cat(ctx.test_idx)
         else:
-            train, hold = ctx.train_set.x[ctx.train_idx[item.owner]], ctx.train_set.x[ctx.test_idx[item.owner]]
-        acc = out.setdefault(
-            item.kind, {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "null": [], "d_train": [], "d_hold": []}
-        )
+            train_idx, hold_idx = ctx.train_idx[item.owner], ctx.test_idx[item.owner]
+        acc = out.setdefault(item.kind, {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "d_train": [], "d_hold": []})
+        acc.setdefault("nearest", {})
         acc["n"] += len(item.x)
         acc["bytes"] += item.x.numel() * 4
         finite = torch.isfinite(item.x.flatten(1)).all(1)  # a diverged model's images are NaN: not tested
         acc["non_finite"] += int((~finite).sum())
-        if not finite.any() or not len(hold) or not len(train):
+        if not finite.any() or not len(hold_idx) or not len(train_idx):
             continue
+        train, hold = ctx.samples(train_idx)[0], ctx.samples(hold_idx)[0]
         a = item.x[finite].to(train.dtype)
-        d_train, d_hold = dcr(a, train), dcr(a, hold)
-        acc["hits"].append(_hits(d_train, d_hold))
-        acc["null"].append(torch.full((len(a),), len(train) / (len(train) + len(hold)), dtype=torch.double))
+        (d_train, i_train), (d_hold, i_hold) = _nearest(a, train), _nearest(a, hold)
+        hits = _hits(d_train, d_hold)
+        chance = len(train_idx) / (len(train_idx) + len(hold_idx))
+        record = torch.where(d_train <= d_hold, train_idx[i_train.cpu()], hold_idx[i_hold.cpu()])  # dataset index
+        for r, hit in zip(record.tolist(), hits.tolist()):
+            acc["nearest"].setdefault(r, ([], chance))[0].append(hit)
+        acc["hits"].append(hits)
         acc["d_train"].append(d_train)
         acc["d_hold"].append(d_hold)
     table = {}
@@ -162,9 +163,12 @@ def rates(items: list[Shared], ctx, generator: torch.Generator) -> dict[str, dic
         hits = torch.cat(acc["hits"]) if acc["hits"] else torch.zeros(0)
         stats = {"audited": len(hits)}
         if len(hits):
-            rate, null = float(hits.mean()), float(torch.cat(acc["null"]).mean())
+            per_record = [(sum(h) / len(h), chance) for h, chance in acc["nearest"].values()]
+            rate, null = (sum(v) / len(per_record) for v in zip(*per_record))
             stats |= {
-                "closer_to_train": rate,
+                "closer_to_train": float(hits.mean()),
+                "distinct_nearest": len(per_record),
+                "closer_to_train_distinct": rate,
                 "chance": null,
                 "leakage": leakage_score(rate, null),
                 "dcr_train_median": float(torch.cat(acc["d_train"]).median()),
@@ -195,7 +199,6 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
         ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
         algorithm.share(ctx)
     items = list(shared_artifacts(algorithm, ctx))
-    generator = torch.Generator().manual_seed(ctx.seed_int("leakage_records"))
     inversion = dict(inversion or INVERSION)
     batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules())
     if batchnorm:  # ZSDG matches BatchNorm statistics; a model without them is not inverted
@@ -203,7 +206,7 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
     return {
         "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
         "item_bytes": item_bytes(algorithm, ctx),
-        "artifacts": rates(items, ctx, generator),
+        "artifacts": rates(items, ctx),
         "inversion": inversion,
     }
 

@@ -63,14 +63,15 @@ def _shared_bytes(ledger: dict, item_bytes: dict) -> float:
 def audit_privacy(cells: list[dict]) -> pd.DataFrame:
     """Per (dataset, partition, method): MB shared over the run beyond the model updates; the record-like artifact
     audited (``records``), its leakage score (0: its artifacts find their client's training records closest no more
-    often than chance, 1: raw records; ``fed.leakage``), its closer-to-train rate and chance level, and the median
-    distances to the closest training and held-out record; the leakage score of the inversion of the final model
-    (what model updates give away). Mean and std over seeds."""
+    often than chance, 1: raw records; ``fed.leakage``), how many distinct records are nearest to its artifacts (the
+    score's sample size), its closer-to-train rate over those records and chance level, and the median distances to
+    the closest training and held-out record; the leakage score of the inversion of the final model (what model
+    updates give away) and its sample size. Mean and std over seeds."""
     rows = []
     for cell, audit, metrics in _records(cells):
         arts = audit["artifacts"]
         own = [k for k in arts if k != "model_inversion"]
-        art = arts[own[0]] if own else {}
+        art, inversion = arts[own[0]] if own else {}, arts.get("model_inversion", {})
         rows.append(
             {
                 **{k: cell[k] for k in KEYS},
@@ -78,11 +79,13 @@ def audit_privacy(cells: list[dict]) -> pd.DataFrame:
                 "mb_shared": _shared_bytes(metrics.get("shared", {}), audit["item_bytes"]) / MB,
                 "records": own[0] if own else "",
                 "leakage": _num(art.get("leakage")),
-                "closer_to_train": _num(art.get("closer_to_train")),
+                "nearest_records": _num(art.get("distinct_nearest")),  # the score's sample size (fed.leakage: hubs)
+                "closer_to_train": _num(art.get("closer_to_train_distinct")),
                 "chance": _num(art.get("chance")),
                 "dcr_train": _num(art.get("dcr_train_median")),
                 "dcr_holdout": _num(art.get("dcr_holdout_median")),
-                "inversion_leakage": _num(arts.get("model_inversion", {}).get("leakage")),
+                "inversion_leakage": _num(inversion.get("leakage")),
+                "inversion_nearest_records": _num(inversion.get("distinct_nearest")),
             }
         )
     out = _mean_std(pd.DataFrame(rows), ["leakage", "inversion_leakage"])
