@@ -68,7 +68,8 @@ def epsilon_classical(noise_multiplier: float, delta: float) -> float:
 
 
 def epsilon_exact(noise_multiplier: float, delta: float, releases: int = 1) -> float:
-    """Tight ε of ``releases`` Gaussian releases with noise multiplier σ at δ (inf beyond ε = 1e6)."""
+    """Tight ε of ``releases`` Gaussian releases with noise multiplier σ at δ; inf where ε > 2^19 = 524,288 (the
+    bracket doubles from 1 and stops before passing 1e6)."""
     if releases == 0:
         return 0.0
     from dp_accounting.pld.privacy_loss_mechanism import GaussianPrivacyLoss
