@@ -8,6 +8,7 @@ import time
 
 import pandas as pd
 import pytest
+import torch
 
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig
@@ -256,3 +257,11 @@ def test_a_truncated_partition_or_warm_start_is_an_error_naming_the_file_and_the
     )
     with pytest.raises(RuntimeError, match=rf"warm start {re.escape(str(warm))} is unreadable .* delete it and rerun"):
         engine.run()
+    from fed.runner import tuned  # a tuning stage's file: the cell reads the chosen point from it
+
+    tuning = tmp_path / "tuning-methodfedprox.pt"
+    torch.save({"chosen": {"mu": 0.1}, "scores": [{"mu": 0.1, "diverged": False}], "tune": {"grid": {}}}, tuning)
+    assert tuned(MethodSpec("fedprox", "fedprox"), {"tuning": tuning})[0].params == {"mu": 0.1}
+    tuning.write_bytes(tuning.read_bytes()[:100])
+    with pytest.raises(RuntimeError, match=rf"tuning stage {re.escape(str(tuning))} is unreadable .* delete it and"):
+        tuned(MethodSpec("fedprox", "fedprox"), {"tuning": tuning})

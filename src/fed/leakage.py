@@ -39,6 +39,7 @@ from typing import Any
 
 import torch
 
+from fed import checkpoint
 from fed.zsdg import ZSDGConfig, zsdg
 
 # ZSDG for the audit: 5 images a class, 40 iterations (Fed-ZDA's CPU presets: 10 and 50; 100 images × 50 steps of
@@ -195,7 +196,7 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
     algorithm, ctx = engine.algorithm, engine.ctx
     algorithm.setup(ctx)
     if algorithm.name == "feddpms":  # Stage II's sharing, from the model Stage I ended with (round P)
-        ckpt = torch.load(ctx.stages["warm"], weights_only=False, map_location=ctx.device)
+        ckpt = checkpoint.load_file(ctx.stages["warm"], ctx.device, "Stage I")
         ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
         algorithm.share(ctx)
     items = list(shared_artifacts(algorithm, ctx))

@@ -19,6 +19,7 @@ from typing import Any, TextIO
 
 import torch
 
+from fed import checkpoint
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import info as dataset_info
@@ -182,7 +183,7 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
     """The method with the values its ``tuning`` stage chose, and that stage's record (None without one)."""
     if not stages or "tuning" not in stages:
         return method, None
-    record = torch.load(stages["tuning"], weights_only=False, map_location="cpu")
+    record = checkpoint.load_file(stages["tuning"], "cpu", "tuning stage")
     return dataclasses.replace(method, params=method.params | record["chosen"]), record
 
 
