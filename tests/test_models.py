@@ -45,6 +45,26 @@ def test_flea_audio_and_sensor_nets_cut_after_their_second_block():
     assert tuple(audio.embed(torch.randn(2, 2, 64, 344)).shape) == (2, 64)  # pooled, before the FC layer
 
 
+def test_the_dpms_cnn_cut_after_block_2_is_the_same_network_split_earlier():
+    """FLea's kind of cut on the head-to-head's model: same parameters, initialisation and outputs; the features are
+    block 2's activations (32 × 14 × 14), and FedDPMS refuses it (its VAE is built on the whole trunk)."""
+    from fed.models.vae import vae_modules
+
+    torch.manual_seed(0)
+    trunk = build_model("cnn_dpms_fmnist", 1, 10, 28).eval()
+    torch.manual_seed(0)
+    block2 = build_model("cnn_dpms_fmnist_block2", 1, 10, 28).eval()
+    assert [p.shape for p in trunk.parameters()] == [p.shape for p in block2.parameters()]
+    assert all(torch.equal(a, b) for a, b in zip(trunk.parameters(), block2.parameters()))
+    x = torch.randn(2, 1, 28, 28)
+    with torch.no_grad():
+        assert torch.equal(trunk(x), block2(x))
+        assert tuple(block2.features(x).shape) == (2, 32, 14, 14) and tuple(trunk.features(x).shape) == (2, 3136)
+        assert torch.equal(block2.embed(x), trunk.embed(x))  # the 32-d bottleneck: CCVR's input either way
+    with pytest.raises(ValueError, match="VAE trunk"):
+        vae_modules(block2, (1, 28, 28))
+
+
 def test_embed_is_the_input_of_the_last_linear_layer():
     for name, shape, dim in [("mobilenetv2_flea", (3, 32, 32), 1280), ("cnn_dafl", (1, 28, 28), 128)]:
         model = build_model(name, shape[0], 10, shape[1]).eval()

@@ -14,12 +14,14 @@ from fed.models.mobilenet import MobileNetV2
 from fed.models.resnet import resnet
 from fed.models.vae import cifar_cnn as dpms_cifar_cnn
 from fed.models.vae import fmnist_cnn as dpms_fmnist_cnn
+from fed.models.vae import fmnist_cnn_block2 as dpms_fmnist_cnn_block2
 
 MODELS: dict[str, Callable[..., SplitModel]] = {
     "cnn_mnist": FedZDAMnistCNN,
     "cnn_cifar": FedZDACifarCNN,
     "cnn_dafl": DAFLCNN,  # DA-FL: 2 conv + 2 FC
     "cnn_dpms_fmnist": dpms_fmnist_cnn,  # FedDPMS: the VAE's encoder trunk + classifier (FMNIST sizes)
+    "cnn_dpms_fmnist_block2": dpms_fmnist_cnn_block2,  # the same cut after its 2nd block (FLea's kind of cut)
     "cnn_dpms_cifar": dpms_cifar_cnn,  # FedDPMS: CIFAR-10/100 sizes
     "resnet18": partial(resnet, 18),
     "resnet34": partial(resnet, 34),

@@ -33,22 +33,32 @@ class DPMSCNN(SequentialSplit):
         pools: tuple[int, ...] = (1, 2),
         dropout: float = 0.0,
         code_length: int = 32,
+        cut: int | None = None,
     ):
         blocks, cin = [], in_channels
         for i, w in enumerate(widths):
             blocks.append(_conv(cin, w, i in pools, dropout, bias=i > 0))
             cin = w
         side = image_size // 2 ** len(pools)
-        super().__init__(
-            nn.Sequential(*blocks, nn.Flatten()),
-            nn.Sequential(nn.Linear(cin * side * side, code_length), nn.Linear(code_length, num_classes)),
-            cut_layer=f"body.{len(blocks)}",
-        )
+        linear = [nn.Linear(cin * side * side, code_length), nn.Linear(code_length, num_classes)]
+        if cut is None:  # the VAE's trunk: every conv block, flattened
+            super().__init__(nn.Sequential(*blocks, nn.Flatten()), nn.Sequential(*linear), f"body.{len(blocks)}")
+        else:  # after conv block ``cut`` (FLea's intermediate cut); the later blocks are in the head
+            if not 0 < cut < len(blocks):
+                raise ValueError(f"cut must be in [1, {len(blocks) - 1}], got {cut}")
+            head = nn.Sequential(*blocks[cut:], nn.Flatten(), *linear)
+            super().__init__(nn.Sequential(*blocks[:cut]), head, f"body.{cut - 1}")
+        self.cut = cut
         self.trunk_shape = (cin, side, side)
 
 
 def fmnist_cnn(in_channels: int = 1, num_classes: int = 10, image_size: int = 28) -> DPMSCNN:
     return DPMSCNN(in_channels, num_classes, image_size, (32, 32, 64), (1, 2), 0.0, 32)
+
+
+def fmnist_cnn_block2(in_channels: int = 1, num_classes: int = 10, image_size: int = 28) -> DPMSCNN:
+    """``fmnist_cnn`` cut after its second conv block (32 × 14 × 14): FLea's kind of cut, an intermediate block."""
+    return DPMSCNN(in_channels, num_classes, image_size, (32, 32, 64), (1, 2), 0.0, 32, cut=2)
 
 
 def cifar_cnn(in_channels: int = 3, num_classes: int = 10, image_size: int = 32) -> DPMSCNN:
@@ -82,7 +92,7 @@ class Decoder(nn.Module):
 def vae_modules(model: DPMSCNN, input_shape: tuple[int, ...]) -> dict[str, nn.Module]:
     """The VAE parts FedDPMS adds to the classifier: Mu and LogVar on the flattened trunk, and the decoder; the
     latent size is the classifier's bottleneck (the code's ``code_len``: 32 FMNIST, 128 CIFAR)."""
-    if not isinstance(model, DPMSCNN):
+    if not isinstance(model, DPMSCNN) or model.cut is not None:
         raise ValueError(
             f"FedDPMS needs a VAE trunk (model cnn_dpms_fmnist or cnn_dpms_cifar), got {type(model).__name__}"
         )
