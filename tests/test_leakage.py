@@ -138,6 +138,33 @@ def test_the_inversion_s_held_out_records_are_the_clients_held_out_splits(synthe
     assert out["closer_to_train"] == out["closer_to_train_distinct"] == 0.0 and out["dcr_holdout_median"] < 1e-5
 
 
+def test_flea_s_features_are_decoded_by_its_attacker_and_tested_against_their_own_client(synthetic_root, monkeypatch):
+    # a perfect attacker (the record whose features match) makes every shared feature its owner's training record:
+    # leakage 1 only when each client's reconstructions are tested against that client's records
+    import fed.attacks
+    from fed.leakage import RECONSTRUCTION
+
+    eng = engine(synthetic_root, "flea", share_fraction=0.3)
+    x = eng.ctx.train_set.x
+    seen = {}
+
+    def oracle(extract, public, epochs, generator, **settings):
+        seen.update(settings, epochs=epochs, public=len(public))
+        feats = extract(x).flatten(1)
+        return (lambda f: x[torch.cdist(f.flatten(1), feats).argmin(1)]), []
+
+    monkeypatch.setattr(fed.attacks, "fit_decoder", oracle)
+    out = audit(eng, eng.global_state, TINY)
+    rec = out["artifacts"]["reconstructed_features"]
+    assert rec["n"] == rec["audited"] == sum(math.floor(0.3 * len(i)) for i in eng.ctx.train_idx)
+    assert rec["leakage"] == 1.0 and rec["dcr_train_median"] < 1e-5
+    assert seen == {"lr": 1e-3, "optimizer": "adam", "kind": "code", "epochs": 10, "public": len(eng.ctx.test_set.x)}
+    assert out["reconstruction"] == RECONSTRUCTION
+    monkeypatch.undo()  # the real attacker, briefly: a decoder's images, one per shared feature
+    real = audit(eng, eng.global_state, TINY, reconstruction={**RECONSTRUCTION, "epochs": 1, "samples": 64})
+    assert real["artifacts"]["reconstructed_features"]["n"] == rec["n"] and real["reconstruction"]["epochs"] == 1
+
+
 def write(tmp_path, name, audit_record, metrics):
     a, m = tmp_path / f"{name}.audit.json", tmp_path / f"{name}.metrics.json"
     a.write_text(json.dumps(audit_record))

@@ -75,10 +75,25 @@ def reconstruction_curve(
     """Train a :class:`FeatureDecoder` (``kind``) on (extract(x), x) with Adam or SGD (``optimizer="sgd"``: the
     code's momentum 0.9, weight decay 5e-4) and return its training MSE per epoch (mean over the epoch's batches).
     The extractor is only queried, never trained (pass a model's ``features`` in eval mode)."""
+    return fit_decoder(extract, x, epochs, generator, lr, batch, width, kind, optimizer)[1]
+
+
+def fit_decoder(
+    extract: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+    epochs: int,
+    generator: torch.Generator,
+    lr: float = 1e-3,
+    batch: int = 128,
+    width: int = 32,
+    kind: str = "code",
+    optimizer: str = "sgd",
+) -> tuple[FeatureDecoder, list[float]]:
+    """``reconstruction_curve``'s attacker: the trained decoder (on ``x``'s device, in eval mode) and its curve."""
     with torch.no_grad():
         feats = torch.cat([extract(xb) for xb in x.split(500)])
     torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
-    decoder = FeatureDecoder(tuple(feats.shape[1:]), tuple(x.shape[1:]), width, kind)
+    decoder = FeatureDecoder(tuple(feats.shape[1:]), tuple(x.shape[1:]), width, kind).to(x.device)
     opt = (
         torch.optim.SGD(decoder.parameters(), lr=lr, momentum=0.9, weight_decay=5e-4)
         if optimizer == "sgd"
@@ -88,13 +103,14 @@ def reconstruction_curve(
     for _ in range(epochs):
         total = 0.0
         for idx in torch.randperm(len(x), generator=generator).split(batch):
+            idx = idx.to(x.device)
             loss = F.mse_loss(decoder(feats[idx]), x[idx])
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
             total += loss.item() * len(idx)
         curve.append(total / len(x))
-    return curve
+    return decoder.eval(), curve
 
 
 def add_marker(x: torch.Tensor, size: int) -> torch.Tensor:

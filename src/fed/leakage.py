@@ -27,8 +27,11 @@ What is audited (``shared_artifacts``), in input space, by the method's own code
   all clients' training records pooled and its held-out set all their held-out splits pooled (the same clients, so
   the same class mix; chance n_t / (n_t + n_h) as for a client). FedAvg's row is this one alone.
   (ZSDG needs BatchNorm: a model without it has no inversion row.)
-FLea's and CCVR's features are not in input space: they are counted and sized, not tested here; FLea's
-reconstruction attack (``fed.attacks``, Fig. 9c) is the measure for features.
+- FLea: the features each client shares, decoded back to inputs by FLea's own reconstruction attacker (Fig. 9c,
+  ``fed.attacks``): a decoder trained on public data of the task (the first test images) against the final model's
+  extractor θ[:l], applied to the features of each client's shared samples under that model (a client's last
+  buffer was extracted by the model of its round; the final one stands in for it). Its records are the client's.
+CCVR's class feature statistics are no records: they are counted and sized, not tested.
 """
 
 from __future__ import annotations
@@ -41,6 +44,10 @@ import torch
 
 from fed import checkpoint
 from fed.zsdg import ZSDGConfig, zsdg
+
+# FLea's reconstruction attacker for the audit: the authors' MinimalDecoder (``kind="code"``) trained by Adam for 10
+# epochs on 5,000 public images (the paper's App. D: 20 epochs at lr 1e-3 on CIFAR-10's training set)
+RECONSTRUCTION = {"samples": 5000, "epochs": 10, "lr": 1e-3, "optimizer": "adam", "kind": "code"}
 
 # ZSDG for the audit: 5 images a class, 40 iterations (Fed-ZDA's CPU presets: 10 and 50; 100 images × 50 steps of
 # FedDPMS' CNN took 44 s a cell on this CPU, the audit's whole cost)
@@ -189,10 +196,34 @@ def invert(ctx, state: dict[str, torch.Tensor], seed: int, params: dict[str, Any
     return Shared("model_inversion", -1, x.detach())
 
 
-def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | None = None) -> dict[str, Any]:
+def reconstruct(algorithm, ctx, state: dict[str, torch.Tensor], seed: int, params: dict[str, Any]) -> Iterator[Shared]:
+    """FLea's shared features of every client, through a decoder its attacker trains (``RECONSTRUCTION``)."""
+    from fed.attacks import fit_decoder
+
+    model = ctx.new_model()
+    model.load_state_dict(state)
+    model.eval()
+    public = ctx.test_set.x[: params["samples"]].to(ctx.device)
+    settings = {k: params[k] for k in ("lr", "optimizer", "kind")}
+    decoder, _ = fit_decoder(model.features, public, params["epochs"], torch.Generator().manual_seed(seed), **settings)
+    for k in range(ctx.num_clients):
+        x, _ = ctx.client_data(k)
+        shared = x[algorithm.shared_indices(ctx, k).to(x.device)]
+        if len(shared):
+            with torch.no_grad():
+                yield Shared("reconstructed_features", k, decoder(model.features(shared)))
+
+
+def audit(
+    engine,
+    state: dict[str, torch.Tensor],
+    inversion: dict[str, Any] | None = None,
+    reconstruction: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The leakage record of one finished cell: its method's shared artifacts (re-derived by its own ``setup`` —
-    and FedDPMS' sharing step from Stage I's model — with the run's seeds) and the inversion of its final model
-    ``state`` (ZSDG with ``inversion``, default ``INVERSION``); plus the bytes of one model and of each ledger item."""
+    and FedDPMS' sharing step from Stage I's model — with the run's seeds; FLea's features through its attacker's
+    decoder, ``reconstruction``, default ``RECONSTRUCTION``) and the inversion of its final model ``state`` (ZSDG
+    with ``inversion``, default ``INVERSION``); plus the bytes of one model and of each ledger item."""
     algorithm, ctx = engine.algorithm, engine.ctx
     algorithm.setup(ctx)
     if algorithm.name == "feddpms":  # Stage II's sharing, from the model Stage I ended with (round P)
@@ -200,6 +231,9 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
         ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
         algorithm.share(ctx)
     items = list(shared_artifacts(algorithm, ctx))
+    reconstruction = dict(reconstruction or RECONSTRUCTION)
+    if algorithm.name == "flea":
+        items += reconstruct(algorithm, ctx, state, ctx.seed_int("leakage_reconstruction"), reconstruction)
     inversion = dict(inversion or INVERSION)
     batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules())
     if batchnorm:  # ZSDG matches BatchNorm statistics; a model without them is not inverted
@@ -209,6 +243,7 @@ def audit(engine, state: dict[str, torch.Tensor], inversion: dict[str, Any] | No
         "item_bytes": item_bytes(algorithm, ctx),
         "artifacts": rates(items, ctx),
         "inversion": inversion,
+        **({"reconstruction": reconstruction} if algorithm.name == "flea" else {}),
     }
 
 
