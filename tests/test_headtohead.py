@@ -49,6 +49,18 @@ def test_feddpms_trains_with_its_authors_optimiser_in_stage_i_and_its_cells(full
     assert stage.protocol == {"optimizer": "adam", "lr": 0.001, "batch_size": 64}
     assert stage.key == "vae_prelim-fl_batch_size64-fl_lr0.001-fl_optimizeradam-rounds20-vae_weight0.05"
     assert not full.method_stages("h2h_fedprox")["tuning"].protocol  # the others: the preset's SGD
+    protocols = {m: s.get("protocol") for m, s in full.config["methods"].items() if m.startswith("h2h_")}
+    assert {m for m, p in protocols.items() if p} == {"h2h_feddpms", "h2h_flea"}  # no other method departs
+
+
+def test_a_method_may_move_the_cut_but_not_change_the_network(full):
+    from fed.validate import split_errors
+
+    table = full.config["tables"]["headtohead_leaderboard"]
+    assert split_errors(full.config, table) == []  # FLea's block-2 split of the same CNN
+    other = {**full.config, "methods": {**full.config["methods"], "h2h_flea": {"protocol": {"model": "cnn_mnist"}}}}
+    (error,) = split_errors(other, table)
+    assert "protocol model 'cnn_mnist' is not 'cnn_dpms_fmnist' split elsewhere" in error
 
 
 @pytest.mark.parametrize("h2h,paper", PAPERS.items())
@@ -63,10 +75,12 @@ def test_each_method_has_its_papers_hyper_parameters(full, h2h, paper):
             ours["tune"]["grid"]["mu"]
         )
         return
-    if "protocol" in ours:  # FedDPMS: its authors' local optimiser, which is its paper preset's (config/papers)
+    if h2h == "h2h_feddpms":  # its authors' local optimiser, which is its paper preset's (config/papers)
         preset = load_yaml(REPO / f"config/papers/{file}.yaml")["presets"][file]
-        assert ours["protocol"] == {k: preset[k] for k in ours["protocol"]} and h2h == "h2h_feddpms"
-        ours = {k: v for k, v in ours.items() if k != "protocol"}
+        assert ours["protocol"] == {k: preset[k] for k in ("optimizer", "lr", "batch_size")}
+    if h2h == "h2h_flea":  # its kind of cut: the same network split after block 2
+        assert ours["protocol"] == {"model": "cnn_dpms_fmnist_block2"}
+    ours = {k: v for k, v in ours.items() if k != "protocol"}
     assert ours == theirs
 
 
@@ -161,3 +175,17 @@ def test_the_committed_dir05_cells_are_current_with_their_audits(cpu):
     for c in cells:
         for file in ("metrics.json", "audit.json"):
             assert cpu.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu/")), (c, file)
+
+
+def test_the_committed_flea_cut_check_is_current():
+    """config/headtohead_flea_cut.yaml's 6 cells (FedAvg and FLea on the CNN split after block 2) are committed."""
+    files = [REPO / f"config/{f}.yaml" for f in ("headtohead", "headtohead_cpu", "headtohead_flea_cut")]
+    check = Grid.from_files(files, REPO)
+    table = check.config["tables"]["headtohead_flea_cut"]
+    cells = [
+        {"preset": table["preset"], "dataset": "fmnist", "partition": "h2h_dir0.5", "method": m, "seed": s}
+        for m in table["methods"]
+        for s in table["seeds"]
+    ]
+    for c in cells:
+        assert check.cell_path(**c).startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu_block2/")), c

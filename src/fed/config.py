@@ -111,8 +111,11 @@ def for_dataset(preset: dict[str, Any], dataset: str, name: str = "preset") -> d
 _TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None))}
 
 # what a method may set for itself (``protocol:``): how its clients train locally, never who takes part, for how
-# many rounds, on which model or how the server aggregates — those stay the preset's, the same for every method
-LOCAL_PROTOCOL = ("optimizer", "lr", "momentum", "batch_size", "weight_decay", "local_epochs", "lr_decay", "lr_min")
+# many rounds or how the server aggregates — those stay the preset's, the same for every method. ``model`` only as
+# the preset's network split at another layer (the same parameters: FLea's cut; fed.validate checks it)
+LOCAL_PROTOCOL = (
+    "optimizer", "lr", "momentum", "batch_size", "weight_decay", "local_epochs", "lr_decay", "lr_min", "model"
+)  # fmt: skip
 
 
 def _check_types(values: dict[str, Any], name: str) -> None:

@@ -50,6 +50,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
                 FLConfig().with_protocol(spec.get("protocol"), f"method {name!r}")
             except ValueError as err:
                 errors.append(str(err))
+            if (model := (spec.get("protocol") or {}).get("model")) is not None and model not in MODELS:
+                errors.append(f"method {name!r}: unknown protocol model {model!r}; valid choices: {sorted(MODELS)}")
             for point in points:
                 params = {k: v for k, v in point.items() if k not in ("algorithm", "tune", "protocol")}
                 errors += [f"method {name!r}: {e}" for e in parameter_errors(ALGORITHMS[algo], params)]
@@ -64,6 +66,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
     for ename, exp in config.get("tables", {}).items():
         where = f"table {ename!r}"
         errors += [f"{where}: {e}" for e in preset_errors(presets, exp["preset"], exp["datasets"])]
+        errors += [f"{where}: {e}" for e in split_errors(config, exp)]
         layout = exp.get("layout", "paper")
         if layout not in LAYOUTS:
             errors.append(f"{where}: unknown layout {layout!r}; valid choices: {list(LAYOUTS)}")
@@ -179,6 +182,40 @@ def figure_errors(name: str, fig: dict[str, Any], config: dict[str, Any]) -> lis
         errors += [
             f"figure {name!r}: {e}" for e in cell_errors(c["method"], methods[c["method"]], presets, c["preset"])
         ]
+    return errors
+
+
+def split_errors(config: dict[str, Any], table: dict[str, Any]) -> list[str]:
+    """A method's ``protocol: {model}`` must be the table preset's network split at another layer: the same
+    parameters (shapes, in order) and the same outputs, so that only what the method reads at the cut differs."""
+    import torch
+
+    from fed.data.datasets import info
+    from fed.models import build_model
+
+    errors = []
+    for m in table["methods"]:
+        own = (config["methods"].get(m, {}).get("protocol") or {}).get("model")
+        if own is None or own not in MODELS:
+            continue
+        for d in table["datasets"]:
+            try:
+                preset = for_dataset(resolve_preset(config["presets"], table["preset"]), d)
+            except (KeyError, ValueError):
+                continue  # reported by preset_errors
+            meta = info(d)
+            shapes = []
+            for name in (preset["model"], own):
+                torch.manual_seed(0)
+                net = build_model(name, meta.channels, meta.num_classes, meta.size, meta.width or None).eval()
+                x = torch.randn(2, meta.channels, meta.size, meta.width or meta.size, generator=torch.Generator())
+                with torch.no_grad():
+                    shapes.append(([v.shape for v in net.state_dict().values()], net(x)))  # names follow the split
+            if shapes[0][0] != shapes[1][0] or not torch.allclose(shapes[0][1], shapes[1][1]):
+                errors.append(
+                    f"method {m!r}: protocol model {own!r} is not {preset['model']!r} split elsewhere (other "
+                    f"parameters or outputs on {d}); a method may move the cut, not change the network"
+                )
     return errors
 
 
