@@ -30,6 +30,11 @@ rule table:
             if m in GRID.sweeps
         },
         implemented=GRID.implemented(),
+        protocols=lambda w: {
+            m: CONFIG["methods"][m]["protocol"]
+            for m in GRID.table(w.table)["methods"]
+            if CONFIG["methods"].get(m, {}).get("protocol")
+        },
     script:
         "../scripts/table.py"
 

@@ -19,7 +19,11 @@ setting = (
     f"preset '{exp['preset']}' ({clients} clients, {preset['rounds']} rounds, E={preset['local_epochs']}, "
     f"B={preset['batch_size']}, {preset.get('optimizer', 'sgd')} lr={preset['lr']})"
 )
-note = f" {preset['note']}" if preset.get("note") else ""
+extras = [preset["note"].rstrip(".")] if preset.get("note") else []
+own = snakemake.params.protocols  # methods' departures from the preset
+if own := "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in p.items()) for m, p in own.items()):
+    extras.append(f"Methods with their own local settings (`protocol:`): {own}")
+note = "".join(f". {x}" for x in extras)  # sentences after the setting
 
 if exp["layout"] == "leaderboard":  # every method against a baseline, per regime (fed.reporting.leaderboard)
     board = lb.leaderboard(
@@ -59,8 +63,9 @@ else:  # the paper's layout, a verdict per cell
         f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
         f"({preset['report']}-round protocol), {setting}. "
         f"Paper: {exp['paper']} {exp['table']}. "
-        f"{preset.get('reduction') or 'Full paper setting.'}"
+        f"{(preset.get('reduction') or 'Full paper setting').rstrip('.')}"
         + note
+        + "."
         + (
             f" Swept methods ({', '.join(snakemake.params.sweeps)}) show the variant with the best mean"
             f" {exp['select_by']} at the last round, chosen per dataset and partition (column 'variant')."
