@@ -147,8 +147,9 @@ def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
             train_idx, hold_idx = torch.cat(ctx.train_idx), torch.cat(ctx.test_idx)
         else:
             train_idx, hold_idx = ctx.train_idx[item.owner], ctx.test_idx[item.owner]
-        acc = out.setdefault(item.kind, {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "d_train": [], "d_hold": []})
-        acc.setdefault("nearest", {})
+        acc = out.setdefault(
+            item.kind, {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "d_train": [], "d_hold": [], "nearest": {}}
+        )
         acc["n"] += len(item.x)
         acc["bytes"] += item.x.numel() * 4
         finite = torch.isfinite(item.x.flatten(1)).all(1)  # a diverged model's images are NaN: not tested
