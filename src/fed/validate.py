@@ -204,14 +204,14 @@ def split_errors(config: dict[str, Any], table: dict[str, Any]) -> list[str]:
             except (KeyError, ValueError):
                 continue  # reported by preset_errors
             meta = info(d)
-            shapes = []
+            x = torch.randn(2, meta.channels, meta.size, meta.width or meta.size, generator=torch.Generator())
+            nets = []  # (parameter shapes in order — names follow the split —, outputs) of each, same initialisation
             for name in (preset["model"], own):
-                torch.manual_seed(0)
-                net = build_model(name, meta.channels, meta.num_classes, meta.size, meta.width or None).eval()
-                x = torch.randn(2, meta.channels, meta.size, meta.width or meta.size, generator=torch.Generator())
-                with torch.no_grad():
-                    shapes.append(([v.shape for v in net.state_dict().values()], net(x)))  # names follow the split
-            if shapes[0][0] != shapes[1][0] or not torch.allclose(shapes[0][1], shapes[1][1]):
+                with torch.random.fork_rng(), torch.no_grad():  # the caller's random state stays untouched
+                    torch.manual_seed(0)
+                    net = build_model(name, meta.channels, meta.num_classes, meta.size, meta.width or None).eval()
+                    nets.append(([v.shape for v in net.state_dict().values()], net(x)))
+            if nets[0][0] != nets[1][0] or not torch.allclose(nets[0][1], nets[1][1]):
                 errors.append(
                     f"method {m!r}: protocol model {own!r} is not {preset['model']!r} split elsewhere (other "
                     f"parameters or outputs on {d}); a method may move the cut, not change the network"
