@@ -20,8 +20,8 @@ setting = (
     f"B={preset['batch_size']}, {preset.get('optimizer', 'sgd')} lr={preset['lr']})"
 )
 extras = [preset["note"].rstrip(".")] if preset.get("note") else []
-own = snakemake.params.protocols  # methods' departures from the preset
-if own := "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in p.items()) for m, p in own.items()):
+protocols = snakemake.params.protocols  # methods' departures from the preset
+if own := "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in p.items()) for m, p in protocols.items()):
     extras.append(f"Methods with their own local settings (`protocol:`): {own}")
 note = "".join(f". {x}" for x in extras)  # sentences after the setting
 
