@@ -61,21 +61,10 @@ class FeatureDecoder(nn.Module):
         return x if tuple(x.shape[-2:]) == self.size else F.interpolate(x, self.size, mode="bilinear")
 
 
-def reconstruction_curve(
-    extract: Callable[[torch.Tensor], torch.Tensor],
-    x: torch.Tensor,
-    epochs: int,
-    generator: torch.Generator,
-    lr: float = 1e-3,
-    batch: int = 128,
-    width: int = 32,
-    kind: str = "code",
-    optimizer: str = "sgd",
-) -> list[float]:
-    """Train a :class:`FeatureDecoder` (``kind``) on (extract(x), x) with Adam or SGD (``optimizer="sgd"``: the
-    code's momentum 0.9, weight decay 5e-4) and return its training MSE per epoch (mean over the epoch's batches).
-    The extractor is only queried, never trained (pass a model's ``features`` in eval mode)."""
-    return fit_decoder(extract, x, epochs, generator, lr, batch, width, kind, optimizer)[1]
+def reconstruction_curve(extract, x: torch.Tensor, epochs: int, generator: torch.Generator, **settings) -> list[float]:
+    """The training MSE per epoch (mean over the epoch's batches) of the attacker ``fit_decoder`` trains with
+    ``settings`` (lr, batch, width, kind, optimizer)."""
+    return fit_decoder(extract, x, epochs, generator, **settings)[1]
 
 
 def fit_decoder(
@@ -89,7 +78,9 @@ def fit_decoder(
     kind: str = "code",
     optimizer: str = "sgd",
 ) -> tuple[FeatureDecoder, list[float]]:
-    """``reconstruction_curve``'s attacker: the trained decoder (on ``x``'s device, in eval mode) and its curve."""
+    """Train a :class:`FeatureDecoder` (``kind``) on (extract(x), x) with Adam or SGD (``optimizer="sgd"``: the
+    code's momentum 0.9, weight decay 5e-4); return it (on ``x``'s device, in eval mode) and its training MSE per
+    epoch. The extractor is only queried, never trained (pass a model's ``features`` in eval mode)."""
     with torch.no_grad():
         feats = torch.cat([extract(xb) for xb in x.split(500)])
     torch.manual_seed(int(torch.randint(2**31 - 1, (1,), generator=generator)))
