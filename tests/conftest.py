@@ -1,11 +1,38 @@
+import os
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+
+if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # each xdist worker trains on its share of the cores
+    import torch
+
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // int(os.environ["PYTEST_XDIST_WORKER_COUNT"])))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
+def pytest_collection_modifyitems(items):
+    """With xdist (``-n 2 --dist loadgroup``, the README's command) the tests that share the session's smoke run
+    go to one worker, so it runs once; the rest of the suite runs beside it."""
+    for item in items:
+        if "smoke_run" in item.fixturenames:
+            item.add_marker(pytest.mark.xdist_group("smoke"))
+
+
+@pytest.hookimpl(tryfirst=True)  # before the worker reports its tests
+def pytest_collection_finish(session):
+    """Say so where xdist did not group them (it appends ``@smoke`` to the test's id): the smoke run would run
+    once per worker, unnoticed but for the time."""
+    if getattr(session.config.option, "loadgroup", False):  # set on xdist workers
+        ungrouped = [i.nodeid for i in session.items if "smoke_run" in i.fixturenames and "@smoke" not in i.nodeid]
+        if ungrouped:
+            message = f"xdist did not group the smoke tests ({ungrouped[0]}): needs pytest < 9.2"
+            warnings.warn(pytest.PytestWarning(message), stacklevel=2)
 
 
 @pytest.fixture(scope="session")
