@@ -166,13 +166,19 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
     assert out.loc["fedavg", "global_acc vs baseline (all regimes)"] == "baseline"
 
 
-def test_the_committed_dir05_cells_are_current_with_their_audits(cpu):
-    """reference/headtohead_cpu holds the Dir(0.5) regime: its tables rebuild from a fresh clone with no training and
-    no audit (metrics.json and audit.json both read from the committed copy)."""
+def test_the_committed_regimes_are_current_with_their_audits(cpu):
+    """reference/headtohead_cpu holds every cell of the regimes config/headtohead_cpu_committed.yaml lists: their
+    tables rebuild from a fresh clone with no training and no audit (metrics.json and audit.json both read from the
+    committed copy)."""
+    committed = load_yaml(REPO / "config/headtohead_cpu_committed.yaml")
+    regimes = committed["tables"]["headtohead_leaderboard"]["partitions"]
+    assert committed["figures"]["headtohead_gain"]["partitions"] == regimes
+    assert {"h2h_dir0.5", "h2h_dir0.1"} <= set(regimes)
     table = cpu.config["tables"]["headtohead_leaderboard"]
-    cells = [c for c in cpu.cost_cells(table["paper"], table["preset"], audited=True) if c["partition"] == "h2h_dir0.5"]
-    assert len(cells) == 36
-    for c in cells:
+    cells = cpu.cost_cells(table["paper"], table["preset"], audited=True)
+    for regime in regimes:
+        assert len([c for c in cells if c["partition"] == regime]) == 36, regime
+    for c in (c for c in cells if c["partition"] in regimes):
         for file in ("metrics.json", "audit.json"):
             assert cpu.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu/")), (c, file)
 
