@@ -273,3 +273,55 @@ def test_fedzdac_batches_clients_on_a_gpu_only_by_default():
     assert not build_algorithm("fedzdac", batch_clients=False).batching(on["cuda"])
     with pytest.raises(ValueError, match="batch_clients must be true, false or 'auto', got 'yes'"):
         build_algorithm("fedzdac", batch_clients="yes")
+
+
+@pytest.mark.parametrize("algo", ["fedzdac", "fedzdas"])
+def test_start_round_s_warm_start_is_fedavg_s_first_start_round_minus_1_rounds(algo):
+    """Rounds 1 … start_round − 1 are FedAvg (Sec. 4.6): the run continues from the shared FedAvg prefix of exactly
+    those rounds; from round 1 there is no prefix."""
+    from fed.stages import Stage
+
+    assert build_algorithm(algo, start_round=1).stages() == {}
+    assert build_algorithm(algo, start_round=2).stages() == {"warm": Stage.of("fedavg_prefix", rounds=1)}
+    assert build_algorithm(algo, start_round=80).stages() == {"warm": Stage.of("fedavg_prefix", rounds=79)}
+
+
+def test_generate_reports_the_mean_source_accuracy_over_every_zsdg_batch_of_the_round(monkeypatch):
+    """zsdg_source_acc is the running mean over the round's batches, also across calls: (10 + 40 + 70) / 3."""
+    from types import SimpleNamespace
+
+    import fed.algorithms.fedzda as fedzda
+
+    accs = iter([10.0, 40.0, 70.0])
+    fake = lambda m, c, s, cfg, gens, d, f: [  # noqa: E731
+        (torch.zeros(2, 1), torch.zeros(2, dtype=torch.long), {"source_acc": next(accs)}) for _ in gens
+    ]
+    monkeypatch.setattr(fedzda, "zsdg_batched", fake)
+    ctx = SimpleNamespace(
+        round=4, num_classes=2, input_shape=(1,), device=torch.device("cpu"), memory_format=torch.contiguous_format,
+        round_metrics={}, rng=lambda *key: torch.Generator(),
+    )  # fmt: skip
+    algo = build_algorithm("fedzdac")
+    assert len(algo.generate(ctx, None, [3, 5])) == 2 and len(algo.generate(ctx, None, [7])) == 1
+    m = ctx.round_metrics
+    assert m["zsdg_source_acc"] == pytest.approx(40.0) and m["zsdg_calls"] == 3 and m["synthetic_samples"] == 6
+
+
+@pytest.mark.parametrize("batch_clients", [True, False])
+def test_fedzdac_inverts_the_round_s_clients_in_one_pass_only_when_batching(data, monkeypatch, batch_clients):
+    """batch_clients: one ZSDG pass per round over every sampled client's batch; else one pass per client."""
+    import fed.algorithms.fedzda as fedzda
+
+    passes, real = [], fedzda.zsdg_batched
+    monkeypatch.setattr(fedzda, "zsdg_batched", lambda *a, **k: passes.append(len(a[4])) or real(*a, **k))
+    engine(data, "fedzdac", {"zsdg": {"per_class": 1, "iterations": 1}, "batch_clients": batch_clients}, rounds=1).run()
+    assert passes == ([3] if batch_clients else [1, 1, 1])
+
+
+def test_total_variation_by_hand():
+    """DeepInversion's prior (``tv_weight``): mean |vertical difference| + mean |horizontal difference|.
+    [[1, 2, 4], [0, 3, 9], [5, 5, 5]]: vertical |−1|, 1, 5, 5, 2, |−4| → 18/6; horizontal 1, 2, 3, 6, 0, 0 → 12/6."""
+    from fed.zsdg import total_variation
+
+    x = torch.tensor([[1.0, 2.0, 4.0], [0.0, 3.0, 9.0], [5.0, 5.0, 5.0]])
+    assert float(total_variation(x[None, None])) == 3.0 + 2.0

@@ -465,16 +465,17 @@ def test_fedzdac_is_algorithm_2(monkeypatch, batch_clients):
     assert_state(state_of(ctx.model), state, "global model")
 
 
-@pytest.mark.parametrize("keep_bn_statistics", [True, False])
+@pytest.mark.parametrize("keep_bn_statistics", [True, False, None])
 def test_fedzdas_is_algorithm_3(monkeypatch, keep_bn_statistics):
-    start, server_epochs, server_lr = 2, 2, 0.07
+    """keep_bn_statistics None: not set, the default keeps them. server_epochs 3 ≠ the clients' E = 2."""
+    start, server_epochs, server_lr = 2, 3, 0.07
+    keep = {} if keep_bn_statistics is None else {"keep_bn_statistics": keep_bn_statistics}
     with float64():
         ctx = bn_context(monkeypatch)
         state = state_of(ctx.model)
         zdas = build_algorithm(
             "fedzdas",
-            **{"start_round": start, "zsdg": ZSDG, "server_epochs": server_epochs, "server_lr": server_lr,
-             "keep_bn_statistics": keep_bn_statistics},
+            **{"start_round": start, "zsdg": ZSDG, "server_epochs": server_epochs, "server_lr": server_lr, **keep},
         )  # fmt: skip
         sampled = run_rounds(ctx, zdas, ROUNDS)
         for r, selected in enumerate(sampled, start=1):
@@ -493,7 +494,7 @@ def test_fedzdas_is_algorithm_3(monkeypatch, keep_bn_statistics):
             order = shuffled(ctx.rng("server", r), len(y), server_epochs, ctx.cfg.batch_size)
             sgd(net, net.parameters(), x, y, order, net, server_lr, ctx.cfg.momentum)
             trained = state_of(net)
-            if keep_bn_statistics:  # the aggregate's running statistics (of real data) kept
+            if keep_bn_statistics is not False:  # the aggregate's running statistics (of real data) kept
                 trained.update({k: v for k, v in state.items() if "running" in k or "num_batches" in k})
             state = trained
     check_sampling(ctx, sampled)
