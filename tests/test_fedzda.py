@@ -50,6 +50,7 @@ def trained(data):
 
 
 def test_zsdg_loss_falls_and_samples_carry_their_class(trained):
+    trained.zero_grad(set_to_none=True)
     before = {k: v.clone() for k, v in trained.state_dict().items()}
     x, y, info = zsdg(
         trained, 10, (1, 28, 28), ZSDGConfig(per_class=8, iterations=60), torch.Generator().manual_seed(0)
@@ -59,6 +60,8 @@ def test_zsdg_loss_falls_and_samples_carry_their_class(trained):
     assert info["source_acc"] > 80  # chance is 10 %
     assert all(torch.equal(before[k], v) for k, v in trained.state_dict().items()), "ZSDG must not touch the model"
     assert all(p.requires_grad for p in trained.parameters())
+    # fixed during the inversion: no gradient lands on the model (a later step that does not zero it would apply it)
+    assert all(p.grad is None for p in trained.parameters())
 
 
 def test_zsdg_needs_batchnorm():
