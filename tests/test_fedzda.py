@@ -284,13 +284,16 @@ def test_start_round_s_warm_start_is_fedavg_s_first_start_round_minus_1_rounds(a
     those rounds; from round 1 there is no prefix."""
     from fed.stages import Stage
 
-    assert build_algorithm(algo, start_round=1).stages() == {}
+    assert build_algorithm(algo, start_round=1).stages() == {} == build_algorithm(algo).stages()  # default: round 1
+    with pytest.raises(ValueError, match="start_round must be >= 1, got 0"):
+        build_algorithm(algo, start_round=0)
     assert build_algorithm(algo, start_round=2).stages() == {"warm": Stage.of("fedavg_prefix", rounds=1)}
     assert build_algorithm(algo, start_round=80).stages() == {"warm": Stage.of("fedavg_prefix", rounds=79)}
 
 
 def test_generate_reports_the_mean_source_accuracy_over_every_zsdg_batch_of_the_round(monkeypatch):
-    """zsdg_source_acc is the running mean over the round's batches, also across calls: (10 + 40 + 70) / 3."""
+    """zsdg_source_acc is the running mean over the round's batches, also across calls: (10 + 40 + 70) / 3;
+    zsdg_seconds the sum of the calls' times: (103 − 100) + (112 − 110)."""
     from types import SimpleNamespace
 
     import fed.algorithms.fedzda as fedzda
@@ -300,6 +303,8 @@ def test_generate_reports_the_mean_source_accuracy_over_every_zsdg_batch_of_the_
         (torch.zeros(2, 1), torch.zeros(2, dtype=torch.long), {"source_acc": next(accs)}) for _ in gens
     ]
     monkeypatch.setattr(fedzda, "zsdg_batched", fake)
+    clock = iter([100.0, 103.0, 110.0, 112.0])
+    monkeypatch.setattr(fedzda.time, "perf_counter", lambda: next(clock))
     ctx = SimpleNamespace(
         round=4, num_classes=2, input_shape=(1,), device=torch.device("cpu"), memory_format=torch.contiguous_format,
         round_metrics={}, rng=lambda *key: torch.Generator(),
@@ -308,6 +313,7 @@ def test_generate_reports_the_mean_source_accuracy_over_every_zsdg_batch_of_the_
     assert len(algo.generate(ctx, None, [3, 5])) == 2 and len(algo.generate(ctx, None, [7])) == 1
     m = ctx.round_metrics
     assert m["zsdg_source_acc"] == pytest.approx(40.0) and m["zsdg_calls"] == 3 and m["synthetic_samples"] == 6
+    assert m["zsdg_seconds"] == 5.0
 
 
 @pytest.mark.parametrize("batch_clients", [True, False])
