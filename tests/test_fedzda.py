@@ -70,6 +70,8 @@ def test_zsdg_needs_batchnorm():
         zsdg(model, 10, (1, 28, 28), ZSDGConfig(), torch.Generator())
     with pytest.raises(TypeError, match="unknown ZSDG options \\['steps'\\]"):
         build_algorithm("fedzdac", zsdg={"steps": 3})
+    with pytest.raises(ValueError, match="ZSDG optimizer must be 'adam' or 'sgd', got 'sdg'"):
+        build_algorithm("fedzdas", zsdg={"optimizer": "sdg"})
 
 
 @pytest.mark.parametrize("algo", ["fedzdac", "fedzdas"])
@@ -334,3 +336,62 @@ def test_total_variation_by_hand():
 
     x = torch.tensor([[1.0, 2.0, 4.0], [0.0, 3.0, 9.0], [5.0, 5.0, 5.0]])
     assert float(total_variation(x[None, None])) == 3.0 + 2.0
+
+
+def deepinversion_reference(model, g, cfg: ZSDGConfig, num_classes=3, shape=(1, 4, 4)):
+    """ZSDG with DeepInversion's extras, transcribed: per iteration one random shift (dx, dy) ∈ [−J, J]² of the
+    batch (drawn after the starting noise, from the same stream), Eq. 3 on the shifted batch with its weights,
+    plus the TV prior on the unshifted images; Adam or plain SGD on the inputs only."""
+    from torch import nn
+
+    model = copy.deepcopy(model).eval().requires_grad_(False)
+    bn = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    z = {}
+    hooks = [m.register_forward_hook(lambda m, i, o: z.__setitem__(m, i[0])) for m in bn]
+    y = torch.arange(num_classes).repeat_interleave(cfg.per_class)
+    x = torch.randn((len(y), *shape), generator=g).requires_grad_(True)
+    opt = torch.optim.Adam([x], lr=cfg.lr) if cfg.optimizer == "adam" else torch.optim.SGD([x], lr=cfg.lr)
+    losses = []
+    for _ in range(cfg.iterations):
+        dx, dy = torch.randint(-cfg.jitter, cfg.jitter + 1, (2,), generator=g).tolist()
+        ce = torch.nn.functional.cross_entropy(model(torch.roll(x, shifts=(dx, dy), dims=(2, 3))), y)
+        stats = 0.0
+        for m in bn:
+            var, mean = torch.var_mean(z[m], dim=(0, 2, 3), unbiased=False)
+            stats = stats + (mean - m.running_mean).pow(2).sum()
+            stats = stats + ((var + m.eps).sqrt() - (m.running_var + m.eps).sqrt()).pow(2).sum()
+        tv = (x[:, :, 1:, :] - x[:, :, :-1, :]).abs().mean() + (x[:, :, :, 1:] - x[:, :, :, :-1]).abs().mean()
+        loss = cfg.bn_weight * stats + cfg.ce_weight * ce + cfg.tv_weight * tv
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss.detach()))
+    for h in hooks:
+        h.remove()
+    with torch.no_grad():
+        acc = 100.0 * float((model(x).argmax(1) == y).double().mean())
+    return x.detach(), y, losses, acc
+
+
+@pytest.mark.parametrize("optimizer", ["adam", "sgd"])
+def test_zsdg_with_jitter_tv_and_weights_is_the_transcription(optimizer):
+    """Non-default options (jitter 1, TV 0.3, BN weight 0.7, CE weight 1.3, 3 iterations) against the reference."""
+    from torch import nn
+    from wiring import float64
+
+    with float64():
+        torch.manual_seed(3)
+        model = nn.Sequential(
+            nn.Conv2d(1, 2, 3, padding=1), nn.BatchNorm2d(2), nn.ReLU(), nn.Flatten(), nn.Linear(32, 3)
+        )
+        bn = model[1]
+        bn.running_mean, bn.running_var = torch.tensor([0.3, -0.2]), torch.tensor([1.5, 0.6])
+        cfg = ZSDGConfig(
+            per_class=2, iterations=3, lr=0.05, optimizer=optimizer, bn_weight=0.7, ce_weight=1.3, jitter=1,
+            tv_weight=0.3,
+        )  # fmt: skip
+        x, y, info = zsdg(model, 3, (1, 4, 4), cfg, torch.Generator().manual_seed(11))
+        x_ref, y_ref, losses, acc = deepinversion_reference(model, torch.Generator().manual_seed(11), cfg)
+    assert torch.equal(y, y_ref) and torch.allclose(x, x_ref, atol=1e-10)
+    assert info["loss_first"] == pytest.approx(losses[0], rel=1e-9)
+    assert info["loss_last"] == pytest.approx(losses[-1], rel=1e-9) and info["source_acc"] == pytest.approx(acc)

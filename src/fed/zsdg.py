@@ -32,6 +32,10 @@ class ZSDGConfig:
     jitter: int = 0  # DeepInversion: random shift of up to this many pixels per iteration (0 = off)
     tv_weight: float = 0.0  # DeepInversion: total-variation prior (0 = off)
 
+    def __post_init__(self):
+        if self.optimizer not in ("adam", "sgd"):  # any other word would silently mean SGD
+            raise ValueError(f"ZSDG optimizer must be 'adam' or 'sgd', got {self.optimizer!r}")
+
     @classmethod
     def from_params(cls, params: dict[str, Any] | None) -> ZSDGConfig:
         params = dict(params or {})
