@@ -395,3 +395,11 @@ def test_zsdg_with_jitter_tv_and_weights_is_the_transcription(optimizer):
     assert torch.equal(y, y_ref) and torch.allclose(x, x_ref, atol=1e-10)
     assert info["loss_first"] == pytest.approx(losses[0], rel=1e-9)
     assert info["loss_last"] == pytest.approx(losses[-1], rel=1e-9) and info["source_acc"] == pytest.approx(acc)
+
+
+def test_zsdg_with_no_iterations_returns_its_starting_noise_and_no_loss(trained):
+    """iterations 0 (an ablation: noise instead of ZSDG): the labelled starting noise, NaN losses, the model's
+    accuracy on that noise."""
+    x, y, info = zsdg(trained, 10, (1, 28, 28), ZSDGConfig(per_class=1, iterations=0), torch.Generator().manual_seed(4))
+    assert torch.equal(x, torch.randn((10, 1, 28, 28), generator=torch.Generator().manual_seed(4)))
+    assert math.isnan(info["loss_first"]) and math.isnan(info["loss_last"]) and 0 <= info["source_acc"] <= 100
