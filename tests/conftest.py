@@ -17,7 +17,7 @@ if os.environ.get("PYTEST_XDIST_WORKER_COUNT"):  # each xdist worker trains on i
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the groups
 def pytest_collection_modifyitems(items):
-    """With xdist (``-n 2 --dist loadgroup``, the README's command) the tests that share the session's smoke run
+    """With xdist (``-n auto --dist loadgroup``, the README's command) the tests that share the session's smoke run
     go to one worker, so it runs once; the rest of the suite runs beside it."""
     for item in items:
         if "smoke_run" in item.fixturenames:
