@@ -141,6 +141,11 @@ def test_the_code_s_class_mean_is_unclipped_reparameterised_resampled():
     z = small + torch.randn(7, 3, generator=g)  # logvar 0
     expected = z[torch.randint(7, (7,), generator=g)].mean(0)
     assert torch.allclose(code_class_mean(small, torch.zeros(7, 3), torch.Generator().manual_seed(3)), expected)
+    for n, picks in ((20, 20), (21, 2)):  # the boundary: N <= 20 resamples N draws, else int(0.1 N)
+        rows, g = torch.randn(n, 3), torch.Generator().manual_seed(n)
+        z = rows + torch.randn(n, 3, generator=g)
+        expected = z[torch.randint(n, (picks,), generator=g)].mean(0)
+        assert torch.allclose(code_class_mean(rows, torch.zeros(n, 3), torch.Generator().manual_seed(n)), expected)
 
 
 def test_the_code_s_noise_is_an_absolute_std_and_its_ledger_has_no_epsilon(dpms_run, synthetic_root, accept_all):
@@ -172,6 +177,9 @@ def test_epsilon_by_the_slides_formula_and_by_the_exact_accountant():
     k = 50
     composed = epsilon_exact(4.0, 0.01, k)
     assert delta_of(composed, 4.0 / math.sqrt(k)) == pytest.approx(0.01, rel=1e-6) and composed > exact
+    assert epsilon_exact(4.0, 0.01, 0) == 0.0  # nothing released
+    # δ(ε = 0) = 2Φ(1/(2σ)) − 1 ≈ 4e-4 < δ at σ = 1000: the mechanism is (0, δ)-DP
+    assert delta_of(0.0, 1000.0) < 0.01 and epsilon_exact(1000.0, 0.01) == 0.0
 
 
 def test_abundant_scarce_classes_and_matching_by_hand():
