@@ -95,6 +95,10 @@ def test_clipping_bounds_the_mean_sensitivity_by_2C_over_n():
     assert (clip_rows(z, C).norm(dim=1) <= C + 1e-6).all()
     inside = torch.randn(3, 8, generator=g) * 0.01
     assert torch.equal(clip_rows(inside, C), inside)  # rows inside the ball are unchanged
+    small = torch.tensor([[0.12, 0.16], [3.0, 4.0]])  # norms 0.2 and 5 against C = 0.5 < 1
+    assert torch.allclose(clip_rows(small, 0.5), torch.tensor([[0.12, 0.16], [0.3, 0.4]]))
+    # mean: scalar (the code's torch.mean(z)): the clipped rows' mean averaged over dimensions, broadcast
+    assert torch.allclose(class_mean(small, 0.5, collapse=True), torch.full((2,), (0.12 + 0.3 + 0.16 + 0.4) / 4))
     m = class_mean(z, C)
     bound = sensitivity(C, n)
     for _ in range(200):  # replace, add or remove one sample, adversarially far away
@@ -110,6 +114,11 @@ def test_clipping_bounds_the_mean_sensitivity_by_2C_over_n():
     same = (C * e1).repeat(n, 1)
     flipped = torch.cat([same[:-1], -C * e1])
     assert (class_mean(same, C) - class_mean(flipped, C)).norm() == pytest.approx(bound)
+
+
+def test_a_class_that_draws_nothing_uploads_an_empty_pool_of_its_code_length():
+    empty = noisy_mean_pool(torch.ones(3), 1.0, 0, lambda v: torch.zeros(len(v), dtype=torch.long), 5, 0, None)
+    assert empty.attempts == 0 and empty.latents.shape == (0, 3)
 
 
 def test_noise_std_is_sigma_times_sensitivity():
