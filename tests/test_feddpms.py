@@ -195,6 +195,8 @@ def test_abundant_scarce_classes_and_matching_by_hand():
     counts = np.array([50, 0, 3, 20, 7])
     assert abundant_and_scarce(counts, 2) == ([0, 3], [1, 2])
     assert abundant_and_scarce(np.array([0, 5, 0]), 2) == ([1], [0, 2])  # an empty class is never abundant
+    assert abundant_and_scarce(np.array([1, 0, 0]), 2) == ([0], [1, 2])  # one sample is enough
+    assert match_clients([[0]], [[1]]) == [None]  # a federation of one client has no donor
     # ties as the code's counts.argsort()[::-1]: the higher class id is the more abundant, the lower the scarcer
     assert abundant_and_scarce(np.array([4, 4, 4, 1, 1]), 2) == ([2, 1], [3, 4])
     abundant = [[0, 1], [2, 3], [0, 2], [4, 5]]
