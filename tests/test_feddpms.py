@@ -116,11 +116,11 @@ def test_clipping_bounds_the_mean_sensitivity_by_2C_over_n():
     assert (class_mean(same, C) - class_mean(flipped, C)).norm() == pytest.approx(bound)
 
 
-def test_a_class_that_draws_nothing_uploads_an_empty_pool_of_its_code_length():
-    empty = noisy_mean_pool(torch.ones(3), 1.0, 0, lambda v: torch.zeros(len(v), dtype=torch.long), 5, 0, None)
+def test_a_pool_is_the_donor_s_seeded_draws_cut_at_max_attempts_and_empty_without_draws():
+    mean, accept_all = torch.tensor([1.0, -2.0, 0.5]), lambda v: torch.zeros(len(v), dtype=torch.long)
+    empty = noisy_mean_pool(mean, 1.0, 0, accept_all, 5, 0, None)  # no draw: an empty pool of the code's length
     assert empty.attempts == 0 and empty.latents.shape == (0, 3)
     # the draws are the donor's seeded stream, mean + std·ε in batches of α (the last one cut to max_attempts)
-    mean, accept_all = torch.tensor([1.0, -2.0, 0.5]), lambda v: torch.zeros(len(v), dtype=torch.long)
     pool = noisy_mean_pool(mean, 0.3, 0, accept_all, 4, 50, torch.Generator().manual_seed(8))
     assert torch.equal(pool.latents, mean + 0.3 * torch.randn(4, 3, generator=torch.Generator().manual_seed(8)))
     refused = noisy_mean_pool(mean, 0.3, 0, lambda v: torch.ones(len(v), dtype=torch.long), 30, 50, None)
