@@ -224,3 +224,36 @@ def test_qffl_accumulates_the_server_step_of_float32_models_in_float64():
     out = qffl_update(w, clients, losses, q, L, {"w"})["w"]
     assert out.dtype == torch.float32
     assert torch.equal(out, (w["w"].double() - numer / h).float())
+
+
+def test_a_method_s_local_loss_sees_its_client_and_the_round_s_global_parameters(monkeypatch):
+    """The interface every method's ``local_loss`` reads (``LocalContext``): the client it trains, detached copies of
+    the round's global parameters, and what its ``client_update`` prepared (``extra``)."""
+    from fed.algorithms.base import Algorithm
+
+    class Recording(Algorithm):
+        def __init__(self):
+            self.seen = []
+
+        def client_update(self, ctx, client):
+            ctx.model.load_state_dict(ctx.global_state)
+            return self.train_locally(ctx, client, *ctx.client_data(client), extra={"tag": 10 * client})
+
+        def local_loss(self, model, x, y, local, ctx):
+            at_start = [g.clone() for g in local.global_params]
+            self.seen.append((ctx.round, local.client, local.extra["tag"], at_start))
+            return super().local_loss(model, x, y, local, ctx)
+
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        method = Recording()
+        globals_by_round, sampled = {}, []
+        for r in range(1, 3):
+            globals_by_round[r] = params(ctx.model)
+            sampled += run_rounds(ctx, method, 1)
+    assert [(r, k) for r, k, _, _ in method.seen] == [
+        (r, k) for r, clients in enumerate(sampled, start=1) for k in clients for _ in batches(ctx, r, k)
+    ]
+    for r, k, tag, global_params in method.seen:
+        assert tag == 10 * k and not any(g.requires_grad for g in global_params)
+        assert_close(global_params, globals_by_round[r], f"round {r}, client {k}: the round's global parameters")
