@@ -318,6 +318,28 @@ def test_a_receiver_gets_noisy_latents_decoded_by_the_global_decoder_never_data_
         assert torch.equal(stage1[k], ctx.global_state[k].cpu()), k
 
 
+def test_what_receivers_got_survives_a_checkpoint(dpms_run, synthetic_root, accept_all, tmp_path):
+    """A run resumed after Stage II trains on the same synthetic data, without sharing again: the received latents
+    travel in the engine's checkpoint (``weights_only``), and the decoded data are rebuilt from them."""
+    from fed import checkpoint
+
+    tmp, part = dpms_run
+    run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"})
+    run.run()
+    algo, ctx = run.algorithm, run.ctx
+    assert any(len(y) for _, y in algo._received.values()), "no receiver got anything; the test would prove nothing"
+    checkpoint.save(tmp_path / "ckpt.pt", {"algorithm": algo.state_dict()})
+    resumed = build_algorithm("feddpms", **DPMS)
+    resumed.load_state_dict(checkpoint.load(tmp_path / "ckpt.pt", "cpu", print)["algorithm"])
+    assert resumed._received.keys() == algo._received.keys()
+    for i in range(CFG.num_clients):
+        for a, b in zip(resumed.training_data(ctx, i), algo.training_data(ctx, i)):
+            assert torch.equal(a, b), f"client {i}"
+    resumed.share = None  # Stage II is not run again: a resumed client trains on what it received
+    ctx.model.load_state_dict(ctx.global_state)
+    assert resumed.client_update(ctx, 0).num_samples == len(algo.training_data(ctx, 0)[1])
+
+
 def test_send_classes_all_forwards_every_abundant_class_of_the_code_s_donor(dpms_run, synthetic_root, accept_all):
     tmp, part = dpms_run
     labels = load_labels("synthetic", synthetic_root)
@@ -340,6 +362,38 @@ def test_send_classes_all_forwards_every_abundant_class_of_the_code_s_donor(dpms
     assert got["needed"] != got["all"]
 
 
+def test_the_slides_and_the_code_match_a_receiver_no_donor_can_help_differently(synthetic_root, tmp_path, accept_all):
+    """Client 3 is scarce in classes 7–9, which no client holds: the slides' rule gives it no donor and nothing, the
+    code's ``np.argmax`` over an all-zero row gives it client 0 and all of client 0's abundant classes. The others
+    match alike under both rules (a client's own abundant classes are never its scarce ones here)."""
+    labels = load_labels("synthetic", synthetic_root)
+    pool = {c: list(np.flatnonzero(labels == c)) for c in range(10)}
+    held = [{0: 20, 1: 20, 2: 20}, {3: 20, 4: 20, 5: 20}, {0: 20, 3: 20, 6: 20}, {c: 5 for c in range(7)}]
+    clients = [{"train": [int(pool[c].pop()) for c, n in h.items() for _ in range(n)], "test": []} for h in held]
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps({"num_clients": 4, "num_classes": 10, "clients": clients}))
+    scarce_of = [[3, 4, 5], [0, 1, 2], [1, 2, 4], [7, 8, 9]]
+    abundant_of = [[2, 1, 0], [5, 4, 3], [6, 3, 0], [6, 5, 4]]
+    expected = {  # receiver: (donor, classes received)
+        "needed": [(1, [3, 4, 5]), (0, [0, 1, 2]), (0, [1, 2]), (-1, [])],
+        "all": [(1, [3, 4, 5]), (0, [0, 1, 2]), (0, [0, 1, 2]), (0, [0, 1, 2])],
+    }
+    for send, want in expected.items():
+        run = engine(synthetic_root, part, rounds=DPMS["preliminary_rounds"] + 1, params={**DPMS, "send_classes": send})
+        run.run()
+        row = run.history[-1]
+        got = [(j, sorted(set(run.algorithm._received[i][1].tolist()))) for i, j in enumerate(row["dpms_donor"])]
+        assert got == want, send
+        code = run.ctx.global_state["extras.mu.weight"].shape[0]
+        for z, y in run.algorithm._received.values():  # the empty share too: (0, code) latents, long labels
+            assert z.shape == (len(y), code) and z.dtype == torch.float32 and y.dtype == torch.long
+        assert row["dpms_received"] == [len(run.algorithm._received[i][1]) for i in range(4)]
+        assert row["dpms_uploaded"] == [DPMS["quota"] * len(a) for a in abundant_of]  # accept_all: α per class
+    assert [abundant_and_scarce(np.bincount(labels[c["train"]], minlength=10), 3) for c in clients] == list(
+        zip(abundant_of, scarce_of)
+    )
+
+
 def test_the_ledger_reports_what_left_and_both_epsilons(dpms_run, synthetic_root):
     tmp, part = dpms_run
     spec = MethodSpec("feddpms", "feddpms", DPMS)
@@ -349,6 +403,7 @@ def test_the_ledger_reports_what_left_and_both_epsilons(dpms_run, synthetic_root
     shared = out["shared"]
     assert shared["decoders"] == 4 and shared["class_roles_to_server"] == 4
     assert shared["noisy_latent_means"] == sum(out["history"][2]["dpms_uploaded"])
+    assert shared["noise_multiplier"] == 4.0  # σ (FedDPMS' default), beside the ε it gives
     assert shared["epsilon_classical_per_release"] == pytest.approx(epsilon_classical(4.0, 0.01))
     assert shared["epsilon_exact_per_release"] == pytest.approx(epsilon_exact(4.0, 0.01))
     assert shared["epsilon_exact"] == pytest.approx(epsilon_exact(4.0, 0.01, shared["releases_per_class_max"]))
@@ -457,17 +512,21 @@ def test_feddpms_rejects_a_model_without_a_vae_trunk_and_bad_settings():
             0,
             progress=None,
         )
-    for bad in (
-        {"mean": "median"},
-        {"noise_multiplier": 0},
-        {"preliminary_rounds": 0},
-        {"clip_norm": -1.0},
-        {"kld": "max"},
-        {"noise": "laplace"},
-        {"send_classes": "some"},
+    for bad, message in (
+        ({"mean": "median"}, "mean must be one of"),
+        ({"noise_multiplier": 0}, "need noise_multiplier > 0 and 0 < delta < 1"),
+        ({"delta": 0.0}, "0 < delta < 1, got 4.0, 0.0"),
+        ({"delta": 1.0}, "0 < delta < 1, got 4.0, 1.0"),
+        ({"preliminary_rounds": 0}, "preliminary_rounds"),
+        ({"clip_norm": -1.0}, "clip_norm must be > 0"),
+        ({"clip_norm": 0.0}, "clip_norm must be > 0"),
+        ({"kld": "max"}, "kld must be one of"),
+        ({"noise": "laplace"}, "noise must be one of"),
+        ({"send_classes": "some"}, "send_classes must be one of"),
     ):
-        with pytest.raises(ValueError, match="FedDPMS"):
+        with pytest.raises(ValueError, match=f"^FedDPMS: .*{message}"):
             build_algorithm("feddpms", **bad)
+    assert build_algorithm("feddpms", noise_multiplier=0.5, delta=1e-5).noise_multiplier == 0.5  # σ < 1 is valid
 
 
 def load_dataset_stub():

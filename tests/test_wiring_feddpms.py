@@ -25,7 +25,7 @@ from fed.models.base import SequentialSplit
 CODE = 2  # latent size
 P, ROUNDS = 2, 4  # Stage I rounds 1..P (round P: every client), Stage II rounds P+1..ROUNDS
 LAMBDA, SIGMA, QUOTA, TRIES, K = 0.3, 1.5, 4, 12, 2  # λ, σ, α, draws per class at most, top-/bottom-k classes
-CLIP = 0.3  # C: below the rows' norms, so that clipping acts
+CLIP = 0.9  # C: among the rows' norms, so that clipping acts on some rows and leaves others
 CFG = {"optimizer": "adam", "lr": 0.05, "aggregation": "mean"}  # the code: a fresh Adam per update, unweighted mean
 
 
@@ -54,7 +54,7 @@ def average_weights(states):
     return {k: sum(s[k] for s in states) / len(states) for k in states[0]}
 
 
-def code_feddpms(ctx, state0, sampled, noise="calibrated", mean="vector", send="needed"):
+def code_feddpms(ctx, state0, sampled, noise="calibrated", mean="vector", send="needed", kld="mean"):
     """The official loop. Returns the global state after Stage I, what each receiver got and its donor, and the
     final global state."""
     n_clients = ctx.num_clients
@@ -78,7 +78,8 @@ def code_feddpms(ctx, state0, sampled, noise="calibrated", mean="vector", send="
                 h = net.body(x)
                 mu, logvar = net.extras["mu"](h), net.extras["logvar"](h)
                 x_hat = net.extras["decoder"](mu + torch.exp(logvar / 2) * torch.randn(mu.shape))
-                kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp()).mean()  # Localupdate.py l. 49: over B × d
+                kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp())
+                kl = kl.mean() if kld == "mean" else kl.sum(1).mean()  # Localupdate.py l. 49: over B × d (`sum`: d)
                 rec = (x_hat - x).pow(2).sum() / len(x)  # the slides' MSE at the code's BCE scale: summed / B
                 loss = LAMBDA * (rec + kl) + F.cross_entropy(net.classifier(h), y)
                 opt.zero_grad()
@@ -102,7 +103,7 @@ def code_feddpms(ctx, state0, sampled, noise="calibrated", mean="vector", send="
         order = np.argsort(counts, kind="stable")  # `counts.argsort()[::-1][0:3]`, `[7:]`
         major.append([int(c) for c in order[::-1][:K] if counts[c] > 0])
         need.append([int(c) for c in order[:K]])
-    pools = {}
+    pools, clipped, sizes = {}, {}, {}
     with torch.no_grad():
         for j, (X, Y) in enumerate(data):
             for c in major[j]:
@@ -117,8 +118,8 @@ def code_feddpms(ctx, state0, sampled, noise="calibrated", mean="vector", send="
                     std = SIGMA
                 else:  # the slides' Gaussian mechanism, rows clipped to C, std σ · 2C / N
                     C = CLIP
-                    clipped = mu * torch.clamp(C / mu.norm(dim=1, keepdim=True), max=1.0)
-                    m = clipped.mean(0)
+                    clipped[j, c], sizes[j, c] = float((mu.norm(dim=1) > C).double().mean()), len(mu)
+                    m = (mu * torch.clamp(C / mu.norm(dim=1, keepdim=True), max=1.0)).mean(0)
                     m = m.mean().repeat(CODE) if mean == "scalar" else m
                     std = SIGMA * 2 * C / len(mu)
                 kept, tries = [], 0
@@ -163,17 +164,18 @@ def code_feddpms(ctx, state0, sampled, noise="calibrated", mean="vector", send="
             weights.append(state())
         glob = average_weights(weights)
     attempts = max(t for _, t in pools.values())
-    return after_stage1, received, donors, glob, attempts
+    return after_stage1, received, donors, glob, attempts, clipped, sizes
 
 
 OPTIONS = [
     {},  # the slides' DPMS (defaults)
     {"noise": "code", "mean": "scalar", "send_classes": "all"},  # the official code's
     {"noise": "code", "mean": "vector"},
+    {"mean": "scalar", "kld": "sum"},  # the scalar collapse of the clipped mean; the KLD summed over dimensions
 ]
 
 
-@pytest.mark.parametrize("options", OPTIONS, ids=["slides", "code", "code_vector_mean"])
+@pytest.mark.parametrize("options", OPTIONS, ids=["slides", "code", "code_vector_mean", "scalar_mean_kld_sum"])
 def test_feddpms_is_the_official_loop(monkeypatch, options):
     params = dict(preliminary_rounds=P, vae_weight=LAMBDA, noise_multiplier=SIGMA, quota=QUOTA, max_attempts=TRIES)
     params["clip_norm"] = CLIP
@@ -188,9 +190,9 @@ def test_feddpms_is_the_official_loop(monkeypatch, options):
         sampled += run_rounds(ctx, algo, ROUNDS - P - 1)
         expected = code_feddpms(
             ctx, state0, sampled, options.get("noise", "calibrated"), options.get("mean", "vector"),
-            options.get("send_classes", "needed"),
+            options.get("send_classes", "needed"), options.get("kld", "mean"),
         )  # fmt: skip
-    stage1, received, donors, final, attempts = expected
+    stage1, received, donors, final, attempts, clipped, sizes = expected
     assert len(sampled[0]) < ctx.num_clients and sampled[P - 1] == list(range(ctx.num_clients))  # round P: all
     assert_close(after_stage1, stage1, "global state after Stage I (D̄ = the mean of the decoders)")
     assert row["dpms_donor"] == donors
@@ -203,4 +205,6 @@ def test_feddpms_is_the_official_loop(monkeypatch, options):
     got = [len(y) for _, y in received.values()]
     assert sum(got) > 0 and attempts > QUOTA and sum(1 for n in got if n == 0) < len(got)
     if options.get("noise", "calibrated") == "calibrated":
-        assert 0 < ctx.ledger["clipped_fraction_max"] and ctx.ledger["clip_norm"] == CLIP
+        assert 0 < max(clipped.values()) < 1 and ctx.ledger["clip_norm"] == CLIP  # some rows clipped, not all
+        assert ctx.ledger["clipped_fraction_max"] == pytest.approx(max(clipped.values()), rel=1e-6)
+        assert ctx.ledger["sensitivity_max"] == pytest.approx(2 * CLIP / min(sizes.values()), rel=1e-12)
