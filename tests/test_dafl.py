@@ -74,6 +74,25 @@ def test_training_stops_before_the_step_that_would_exceed_epsilon0():
     assert steps == steps_within_budget(25.0, q, 0.5, 1e-5, 10_000)
 
 
+def test_epsilon_after_is_opacus_rdp_zero_without_a_step_and_infinite_without_noise():
+    assert epsilon_after(0, 1 / 4, 0.5, 1e-5) == epsilon_after(0, 1 / 4, 0.0, 1e-5) == 0.0  # no step spends nothing
+    assert epsilon_after(3, 1 / 4, 0.0, 1e-5) == math.inf
+    three_steps = epsilon_after(3, 1 / 4, 1.0, 1e-5)  # σ = 1: finite, Opacus' RDP accountant's value
+    assert three_steps == pytest.approx(opacus_epsilon(1.0, 1 / 4, 3, 1e-5), abs=1e-9) and three_steps < 10
+
+
+def test_steps_within_budget_is_the_last_step_under_epsilon0_by_a_plain_scan():
+    """The bisection against Algorithm 2's loop: step t + 1 is taken while ε_{t+1} < ε0, at most ``scheduled``."""
+    q, sigma, delta, scheduled = 1 / 4, 1.0, 1e-5, 12
+    eps = [epsilon_after(t, q, sigma, delta) for t in range(scheduled + 1)]  # 0, 3.08, 3.87, 4.42, … 7.33
+    # ε0 = ε_5 exactly: step 5 is revoked (ε_t ≥ ε0)
+    for epsilon0, expected in ((1.0, 0), (4.0, 2), (6.0, 7), (eps[5], 4), (1e9, 12), (math.inf, 12)):
+        t = 0
+        while t < scheduled and eps[t + 1] < epsilon0:
+            t += 1
+        assert t == expected and steps_within_budget(epsilon0, q, sigma, delta, scheduled) == t, epsilon0
+
+
 ONE_STEP = {  # ε of one σ = 0.5 step at δ = 1e-5 (opacus 1.6.0, dp-accounting 0.6.0)
     256 / 6000: {"rdp": 6.118415464723645, "prv": 5.283350026167895, "gdp": 1.183243937336833, "pld": 5.2727},
     1 / 24: {"rdp": 6.085733055817429, "prv": 5.246795625772069, "gdp": 1.1527415969253882, "pld": 5.2362},
