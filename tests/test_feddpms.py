@@ -336,7 +336,6 @@ def test_what_receivers_got_survives_a_checkpoint(dpms_run, synthetic_root, acce
         for a, b in zip(resumed.training_data(ctx, i), algo.training_data(ctx, i)):
             assert torch.equal(a, b), f"client {i}"
     resumed.share = None  # Stage II is not run again: a resumed client trains on what it received
-    ctx.model.load_state_dict(ctx.global_state)
     assert resumed.client_update(ctx, 0).num_samples == len(algo.training_data(ctx, 0)[1])
 
 
