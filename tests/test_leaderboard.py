@@ -140,7 +140,25 @@ def test_the_leaderboard_is_written_with_every_number_in_the_csv(board, tmp_path
     assert list(shown[shown.regime == "p2"].method) == ["a", "fedavg", "b"]  # by rank
     assert shown.set_index(["regime", "method"]).loc[("p2", "a"), "seeds"] == "2 (1 diverged)"
     assert "global_acc ↑" in shown and "client_acc_variance ↓" in shown
-    assert (tmp_path / "lb.html").read_text().count("<tr") == len(shown) + 1
+    # the html has both tables: the glance matrix (3 methods) and the layout, each with its header row
+    assert (tmp_path / "lb.html").read_text().count("<tr") == (3 + 1) + (len(shown) + 1)
+
+
+def test_the_glance_matrix_has_a_row_per_method_from_best_to_worst(board, tmp_path):
+    glance = lb.matrix(board).set_index("method")  # the first metric: global_acc
+    # a: +4.00 over all regimes (Holm-significant, p × 6), fedavg at 0, b: differences 1, −1, 0, −2, −2, 1 -> −0.50
+    assert list(glance.index) == ["a", "fedavg", "b"]
+    assert list(glance.columns) == ["p1", "p2", f"{lb.ALL} (diff)", "p Holm"]
+    p_holm = f"{row(board, lb.ALL, 'a').p_holm:.2g}"
+    assert list(glance.loc["a"]) == ["77.00 (+5.00)", "63.00 (+2.50)", "+4.00*", p_holm]
+    assert list(glance.loc["fedavg"]) == ["72.00 ± 2.00", "61.00 ± 1.00", "—", ""]
+    assert list(glance.loc["b"]) == ["72.00 (+0.00)", "60.00 (-1.00)", "-0.50", "1"]
+    # lower is better for a variance: a's −9.40 is the best row, b's +9.00 the worst
+    variance = lb.matrix(board[board.metric == "client_acc_variance"])
+    assert list(variance.method) == ["a", "fedavg", "b"] and variance.iloc[0, 1] == "23.00 (-9.00*)"
+    lb.write_leaderboard(board, tmp_path / "lb", "caption")
+    md = (tmp_path / "lb.md").read_text()
+    assert md.index("global_acc at a glance") < md.index("| a        | 77.00 (+5.00)") < md.index("| regime")
 
 
 def test_the_gain_heatmap_draws_the_tables_numbers(tmp_path):

@@ -206,14 +206,40 @@ def layout(board: pd.DataFrame) -> pd.DataFrame:
             for metric in metrics:
                 c = cells.loc[(regime, r.method, metric)]
                 arrow = "↑" if c.higher_is_better else "↓"
-                row[f"{metric} {arrow}"] = fmt(c["mean"], c["std"]) + (
-                    f" ({c['diff']:+.2f}{'*' if c['significant'] else ''})" if math.isfinite(c["diff"]) else ""
-                )
+                row[f"{metric} {arrow}"] = _with_diff(fmt(c["mean"], c["std"]), c)
             row[f"p Holm ({metrics[0]})"] = f"{r.p_holm:.3g}" if math.isfinite(r.p_holm) else ""
             row["seeds"] = f"{r.seeds}" + (f" ({r.diverged_seeds} diverged)" if r.diverged_seeds else "")
             row["note"] = r.note
             rows.append(row)
     return pd.DataFrame(rows)
+
+
+def matrix(board: pd.DataFrame) -> pd.DataFrame:
+    """The first metric at a glance: one row per method, one column per regime (all regimes last). A method's cell
+    is "mean (diff*)" (the baseline's: "mean ± std"), its all-regimes cell the pooled "diff*" and its Holm-adjusted p
+    beside it; rows from the best pooled difference to the worst (the baseline at 0, untested methods last)."""
+    metric = board.metric.iloc[0]
+    first = board[board.metric == metric]
+    regimes = [r for r in dict.fromkeys(first.regime) if r != ALL]
+    cells = first.set_index(["regime", "method"])
+    pooled = cells.loc[ALL]
+    order = pooled["diff"].where(pooled.index != pooled.baseline, 0.0) * (1 if higher_is_better(metric) else -1)
+    rows = []
+    for method in order.sort_values(ascending=False, kind="stable", na_position="last").index:
+        row = {"method": method}
+        for regime in regimes:
+            c = cells.loc[(regime, method)]
+            row[regime] = fmt(c["mean"], c["std"]) if method == c.baseline else _with_diff(f"{c['mean']:.2f}", c)
+        c = pooled.loc[method]
+        row[f"{ALL} (diff)"] = "—" if method == c.baseline else _with_diff("", c).strip(" ()")
+        row["p Holm"] = f"{c.p_holm:.2g}" if math.isfinite(c.p_holm) else ""
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _with_diff(text: str, c) -> str:
+    """``text`` and, where there is a paired difference, " (±d.dd)" with * when it is significant after Holm."""
+    return text + (f" ({c['diff']:+.2f}{'*' if c['significant'] else ''})" if math.isfinite(c["diff"]) else "")
 
 
 def _rank(rank: float, mean: bool) -> str:
@@ -241,5 +267,11 @@ def caption(title: str, setting: str, board: pd.DataFrame, seeds: int, protocol:
 
 
 def write_leaderboard(board: pd.DataFrame, out_prefix, caption_text: str) -> None:
-    """``<prefix>.csv``: every number (``leaderboard``'s long form); ``.md``, ``.html``: ``layout``."""
-    write_frame(layout(board), out_prefix, caption_text, csv_frame=board)
+    """``<prefix>.csv``: every number (``leaderboard``'s long form); ``.md``, ``.html``: ``matrix`` (the first
+    metric at a glance), then ``layout`` (every metric, per regime by rank)."""
+    metric = board.metric.iloc[0]
+    glance = (
+        f"{metric} at a glance: mean over seeds, in brackets the mean paired difference to the baseline, * significant "
+        "after Holm; p Holm: the comparison over all regimes"
+    )
+    write_frame(layout(board), out_prefix, caption_text, csv_frame=board, before=(glance, matrix(board)))

@@ -297,13 +297,26 @@ def write_table(
     )
 
 
-def write_frame(df: pd.DataFrame, out_prefix: str | Path, caption: str, csv_frame: pd.DataFrame | None = None) -> None:
-    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption, for the report)."""
+def write_frame(
+    df: pd.DataFrame,
+    out_prefix: str | Path,
+    caption: str,
+    csv_frame: pd.DataFrame | None = None,
+    before: tuple[str, pd.DataFrame] | None = None,
+) -> None:
+    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption, for the report);
+    ``before``: a (title, frame) shown first in the md and html, after the caption."""
     out = Path(out_prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     (df if csv_frame is None else csv_frame).to_csv(out.with_suffix(".csv"), index=False)
-    out.with_suffix(".md").write_text(f"{caption}\n\n{df.to_markdown(index=False)}\n")
-    html = df.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
+    frames = [before, ("", df)] if before else [("", df)]
+    md = [caption] + [part for title, f in frames for part in ([title] if title else []) + [f.to_markdown(index=False)]]
+    out.with_suffix(".md").write_text("\n\n".join(md) + "\n")
+    html = "".join(
+        (f"<p>{_html_escape(title)}</p>" if title else "")
+        + f.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
+        for title, f in frames
+    )
     out.with_suffix(".html").write_text(f"{HTML_HEAD}<p>{_html_escape(caption)}</p>{html}\n")
 
 
