@@ -195,3 +195,19 @@ def test_the_committed_flea_cut_check_is_current():
     ]
     for c in cells:
         assert check.cell_path(**c).startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu_block2/")), c
+
+
+def test_results_md_shows_the_glance_table_the_committed_cells_give():
+    """docs/results.md's head-to-head table is the leaderboard's first table (``fed.reporting.leaderboard.matrix``)
+    built from the committed cells: a regime landed without refreshing the docs, or a hand-edited number, fails."""
+    from fed.reporting import leaderboard as lb
+    from fed.reporting.tables import collect_runs
+
+    names = ["headtohead", "headtohead_cpu", "headtohead_cpu_committed"]
+    grid = Grid.from_files([REPO / f"config/{n}.yaml" for n in names], REPO)
+    table = grid.config["tables"]["headtohead_leaderboard"]
+    cells = [dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(table)]
+    runs = collect_runs(cells)
+    board = lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
+                           grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
+    assert lb.matrix(board).to_markdown(index=False) in (REPO / "docs/results.md").read_text()
