@@ -173,7 +173,7 @@ def test_the_committed_regimes_are_current_with_their_audits(cpu):
     committed = load_yaml(REPO / "config/headtohead_cpu_committed.yaml")
     regimes = committed["tables"]["headtohead_leaderboard"]["partitions"]
     assert committed["figures"]["headtohead_gain"]["partitions"] == regimes
-    assert {"h2h_1class", "h2h_2class", "h2h_dir0.1", "h2h_dir0.5", "h2h_scarce"} <= set(regimes)
+    assert {"h2h_1class", "h2h_2class", "h2h_dir0.1", "h2h_dir0.5", "h2h_multimodal", "h2h_scarce"} <= set(regimes)
     table = cpu.config["tables"]["headtohead_leaderboard"]
     cells = cpu.cost_cells(table["paper"], table["preset"], audited=True)
     for regime in regimes:
