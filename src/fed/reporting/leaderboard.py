@@ -231,15 +231,20 @@ def matrix(board: pd.DataFrame) -> pd.DataFrame:
             c = cells.loc[(regime, method)]
             row[regime] = fmt(c["mean"], c["std"]) if method == c.baseline else _with_diff(f"{c['mean']:.2f}", c)
         c = pooled.loc[method]
-        row[f"{ALL} (diff)"] = "—" if method == c.baseline else _with_diff("", c).strip(" ()")
+        row[f"{ALL} (diff)"] = "—" if method == c.baseline else _diff(c)
         row["p Holm"] = f"{c.p_holm:.2g}" if math.isfinite(c.p_holm) else ""
         rows.append(row)
     return pd.DataFrame(rows)
 
 
+def _diff(c) -> str:
+    """A row's paired difference to the baseline, "±d.dd" with * when it is significant after Holm ("" if none)."""
+    return f"{c['diff']:+.2f}{'*' if c['significant'] else ''}" if math.isfinite(c["diff"]) else ""
+
+
 def _with_diff(text: str, c) -> str:
-    """``text`` and, where there is a paired difference, " (±d.dd)" with * when it is significant after Holm."""
-    return text + (f" ({c['diff']:+.2f}{'*' if c['significant'] else ''})" if math.isfinite(c["diff"]) else "")
+    """``text`` and, where there is a paired difference, " (±d.dd*)" (``_diff``)."""
+    return f"{text} ({_diff(c)})" if math.isfinite(c["diff"]) else text
 
 
 def _rank(rank: float, mean: bool) -> str:

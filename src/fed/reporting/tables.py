@@ -309,15 +309,15 @@ def write_frame(
     out = Path(out_prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     (df if csv_frame is None else csv_frame).to_csv(out.with_suffix(".csv"), index=False)
-    frames = [before, ("", df)] if before else [("", df)]
-    md = [caption] + [part for title, f in frames for part in ([title] if title else []) + [f.to_markdown(index=False)]]
+    md, html = [caption], f"{HTML_HEAD}<p>{_html_escape(caption)}</p>"
+    for title, frame in [before, ("", df)] if before else [("", df)]:
+        if title:
+            md.append(title)
+            html += f"<p>{_html_escape(title)}</p>"
+        md.append(frame.to_markdown(index=False))
+        html += frame.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
     out.with_suffix(".md").write_text("\n\n".join(md) + "\n")
-    html = "".join(
-        (f"<p>{_html_escape(title)}</p>" if title else "")
-        + f.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
-        for title, f in frames
-    )
-    out.with_suffix(".html").write_text(f"{HTML_HEAD}<p>{_html_escape(caption)}</p>{html}\n")
+    out.with_suffix(".html").write_text(html + "\n")
 
 
 HTML_HEAD = (
