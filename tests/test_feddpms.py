@@ -534,24 +534,33 @@ def load_dataset_stub():
     return TensorDataset(torch.zeros(2, 1, 28, 28), torch.zeros(2, dtype=torch.long), 10)
 
 
-def test_the_leakage_audit_decodes_what_receivers_get_and_charges_it_to_the_donor(dpms_run, synthetic_root, accept_all):
+def test_the_leakage_audit_decodes_every_uploaded_latent_and_charges_it_to_its_donor(
+    dpms_run, synthetic_root, accept_all
+):
     from fed.leakage import audit, closer_to_train
 
     tmp, _ = dpms_run  # its partition keeps no held-out records; the audit reads only Stage I's model
     part = tmp / "part_held_out.json"
     labels = load_labels("synthetic", synthetic_root)
     part.write_text(json.dumps(make_partition(labels, "dirichlet", 4, 0, 0.3, beta=0.3)))
-    run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"}, params={**DPMS, "send_classes": "all"})
+    run = engine(synthetic_root, part, stages={"warm": tmp / "stage1.pt"})  # send_classes: needed
     out = audit(run, run.global_state, {"per_class": 1, "iterations": 2})["artifacts"]
     ctx, dpms = run.ctx, run.algorithm
+    uploaded = [len(z) for z in dpms._uploaded.values()]
+    assert sum(uploaded) == ctx.ledger["noisy_latent_means"] == sum(ctx.round_metrics["dpms_uploaded"])
+    for i, j in enumerate(ctx.round_metrics["dpms_donor"]):  # what a receiver gets is some of its donor's uploads
+        z, y = dpms._received[i]
+        for c in y.unique().tolist():
+            assert torch.equal(z[y == c], dpms._uploaded[j, c])
+    received = sum(len(y) for _, y in dpms._received.values())
     decoder, x = ctx.global_model().extras["decoder"], ctx.train_set.x
     hits = []
-    for i, j in enumerate(ctx.round_metrics["dpms_donor"]):
-        z = dpms._received[i][0]
-        if j >= 0 and len(z) and len(ctx.test_idx[j]):  # a donor without held-out records is not tested
+    for (j, c), z in dpms._uploaded.items():  # every donor's pool of every abundant class, against its own records
+        if len(z) and len(ctx.test_idx[j]):  # a donor without held-out records is not tested
             with torch.no_grad():
                 hits.append(closer_to_train(decoder(z), x[ctx.train_idx[j]], x[ctx.test_idx[j]]))
     hits = torch.cat(hits)
     decoded = out["decoded_latent_means"]
-    assert decoded["n"] == sum(len(y) for _, y in dpms._received.values()) >= decoded["audited"] == len(hits) > 0
+    assert decoded["n"] == sum(uploaded) > received  # the server sees more than any receiver decodes
+    assert decoded["n"] >= decoded["audited"] == len(hits) > 0
     assert decoded["closer_to_train"] == pytest.approx(float(hits.mean()))

@@ -20,8 +20,8 @@ What is audited (``shared_artifacts``), in input space, by the method's own code
 - FedData: the raw samples each client shares;
 - FedMix, FedBR: the mean batches;
 - DA-FL: the DP-CGAN samples each client sends;
-- FedDPMS: the images the receivers decode from a donor's noisy latent means (with Stage I's global decoder); the
-  donor is the owner;
+- FedDPMS: the images Stage I's global decoder makes of every noisy latent mean a donor kept and uploaded (the
+  server holds them all and forwards some; a receiver decodes its share the same way); the donor is the owner;
 - every method: **model inversion** of what any method sends, its model — ZSDG (Fed-ZDA's generator) run on the run's
   final global model (the server holds it, so does every client). It is a population statistic, so its records are
   all clients' training records pooled and its held-out set all their held-out splits pooled (the same clients, so
@@ -106,11 +106,10 @@ def shared_artifacts(algorithm, ctx) -> Iterator[Shared]:
     elif algorithm.name == "dafl":
         for k, (x, _) in enumerate(algorithm._synthetic):
             yield Shared("synthetic_samples", k, x)
-    elif algorithm.name == "feddpms" and algorithm._received is not None:
+    elif algorithm.name == "feddpms":
         decoder = ctx.global_model().extras["decoder"]
-        for i, j in enumerate(ctx.round_metrics["dpms_donor"]):
-            z, _ = algorithm._received[i]
-            if j >= 0 and len(z):
+        for (j, _), z in sorted(algorithm._uploaded.items()):
+            if len(z):
                 with torch.no_grad():
                     yield Shared("decoded_latent_means", j, decoder(z.to(ctx.device)))
 

@@ -98,6 +98,7 @@ class FedDPMS(Algorithm):
         self.quota, self.max_attempts, self.abundant, self.mean = quota, max_attempts, abundant, mean
         self.kld, self.noise, self.send_classes = kld, noise, send_classes
         self._received: dict[int, tuple[torch.Tensor, torch.Tensor]] | None = None  # receiver -> (z̃, labels)
+        self._uploaded: dict[tuple[int, int], torch.Tensor] = {}  # (donor, class) -> its kept z̃ (the audit's)
         self._synthetic: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}  # receiver -> decoded (x, y)
 
     # ------------------------------------------------------------------ Stage I
@@ -173,6 +174,7 @@ class FedDPMS(Algorithm):
                     pools[j, c] = pool = noisy_mean_pool(mean, std, c, accept, self.quota, self.max_attempts, g)
                     sizes[j, c] = len(mu)
                     ctx.share("noisy_latent_means", len(pool.latents))
+        self._uploaded = {key: pool.latents for key, pool in pools.items()}  # every kept z̃ reaches the server
         donors = match_clients(abundant, scarce, code_rule=self.send_classes == "all")
         self._received = {}
         for i, j in enumerate(donors):
