@@ -164,6 +164,12 @@ def test_fedlc_calibration_by_hand():
     out = calibrated_logits(T([[2.0, 2.0]]), T([16.0, 1.0]), 1.0)
     assert torch.allclose(out, T([[1.5, 1.0]]))
     assert calibrated_logits(T([[0.0]]), T([0.0]), 1.0).item() == pytest.approx(-100.0)  # absent: 1e-8^-1/4
+    # FLea's code adds 1e-6 to every count: absent -(1e-6)^-1/4 = -31.62..., 16 -> (16 + 1e-6)^-1/4 (τ = 0.5)
+    out = calibrated_logits(T([[0.0, 0.0]]), T([0.0, 16.0]), 0.5, "offset").double()
+    assert out[0, 0].item() == pytest.approx(-0.5 * 10**1.5, rel=1e-6)
+    assert out[0, 1].item() == pytest.approx(-0.5 * (16 + 1e-6) ** -0.25, rel=1e-6)
+    with pytest.raises(ValueError, match="absent must be one of"):
+        build_algorithm("fedlc", absent="zero")
 
 
 def test_fedntd_not_true_distillation_by_hand():

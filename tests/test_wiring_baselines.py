@@ -279,8 +279,8 @@ def test_fedntd_is_ntd_loss_with_the_global_model_as_teacher(monkeypatch):
 
 
 def fedlc_reference(counts, tau):
-    """FL-bench ``FedLCClient.logit_calibrated_loss``: with the client's training-label counts n_c (1e-8 for a class
-    it lacks), −log( e^{z_y − τ n_y^{−1/4}} / Σ_c e^{z_c − τ n_c^{−1/4}} ), summed over the batch / B."""
+    """FL-bench ``FedLCClient.logit_calibrated_loss`` (FLea's ``myuser.py`` is the same loss): with the client's
+    training-label counts n_c, −log( e^{z_y − τ n_y^{−1/4}} / Σ_c e^{z_c − τ n_c^{−1/4}} ), summed over the batch / B."""
 
     def loss(net, xb, yb, r, k):
         cal = torch.exp(net(xb) - tau * counts[k].pow(-1 / 4).unsqueeze(0).expand(len(yb), -1))
@@ -290,18 +290,22 @@ def fedlc_reference(counts, tau):
     return loss
 
 
-def test_fedlc_calibrates_by_the_client_s_own_label_counts(monkeypatch):
+@pytest.mark.parametrize(
+    "absent, count",  # n_c as each code makes it: FL-bench 1e-8 for a class the client lacks, FLea + 1e-6 to all
+    [("floor", lambda n: n if n else 1e-8), ("offset", lambda n: n + 1e-6)],
+)
+def test_fedlc_calibrates_by_the_client_s_own_label_counts(monkeypatch, absent, count):
     tau = 0.6
     with float64():
         ctx = tiny_context(monkeypatch)
         ctx.train_idx[3] = ctx.train_idx[3][ctx.client_data(3)[1] != 2]  # client 3 lacks the last class
         x0 = params(ctx.model)
-        sampled = run_rounds(ctx, build_algorithm("fedlc", tau=tau), ROUNDS)
+        sampled = run_rounds(ctx, build_algorithm("fedlc", tau=tau, absent=absent), ROUNDS)
         counts = {}
         for k in range(ctx.num_clients):
             labels = ctx.client_data(k)[1].tolist()
-            counts[k] = torch.tensor([float(labels.count(c)) if c in labels else 1e-8 for c in range(3)])
+            counts[k] = torch.tensor([float(count(labels.count(c))) for c in range(3)])
         x = fedavg_rounds(ctx, x0, sampled, fedlc_reference(counts, tau))
-    assert any((c == 1e-8).any() for c in counts.values())  # a client lacks a class
-    assert counts[3][2] == 1e-8 and all(3 in s for s in sampled)  # ... the last one, in every round
+    assert any((c < 1e-5).any() for c in counts.values())  # a client lacks a class
+    assert counts[3][2] < 1e-5 and all(3 in s for s in sampled)  # ... the last one, in every round
     assert_close(params(ctx.model), x, "global model")

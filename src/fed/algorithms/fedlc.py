@@ -1,7 +1,8 @@
 """FedLC (Zhang et al., ICML 2022): federated learning with label-distribution-aware logit calibration.
 
     ℓ = −log( e^{z_y − τ n_y^{−1/4}} / Σ_c e^{z_c − τ n_c^{−1/4}} ),   n_c: the client's count of class c
-A class the client does not hold gets n_c = 1e-8 (its logit is pushed far down), as in FL-bench.
+n_c = 0 is undefined; ``absent`` picks a code's rule: ``floor`` (FL-bench: n_c ≥ 1e-8, an absent class's logit
+drops by 100 τ) or ``offset`` (FLea's baseline code, ``myuser.py``: n_c + 1e-6 for every class, a drop of 31.6 τ).
 """
 
 from __future__ import annotations
@@ -11,16 +12,20 @@ import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm
 
+ABSENT = {"floor": lambda n: n.clamp_min(1e-8), "offset": lambda n: n + 1e-6}
 
-def calibrated_logits(logits: torch.Tensor, counts: torch.Tensor, tau: float) -> torch.Tensor:
-    return logits - tau * counts.clamp_min(1e-8).pow(-0.25)
+
+def calibrated_logits(logits: torch.Tensor, counts: torch.Tensor, tau: float, absent: str = "floor") -> torch.Tensor:
+    return logits - tau * ABSENT[absent](counts).pow(-0.25)
 
 
 class FedLC(Algorithm):
     name = "fedlc"
 
-    def __init__(self, tau: float = 1.0):
-        self.tau = tau
+    def __init__(self, tau: float = 1.0, absent: str = "floor"):
+        if absent not in ABSENT:
+            raise ValueError(f"FedLC: absent must be one of {sorted(ABSENT)}, got {absent!r}")
+        self.tau, self.absent = tau, absent
 
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
@@ -29,4 +34,4 @@ class FedLC(Algorithm):
         return self.train_locally(ctx, client, x, y, extra={"counts": counts})
 
     def local_loss(self, model, x, y, local, ctx):
-        return F.cross_entropy(calibrated_logits(model(x), local.extra["counts"], self.tau), y)
+        return F.cross_entropy(calibrated_logits(model(x), local.extra["counts"], self.tau, self.absent), y)
