@@ -76,3 +76,18 @@ def test_embed_is_the_input_of_the_last_linear_layer():
             model(torch.randn(2, *shape))
         handle.remove()
         assert z.shape == seen["z"].shape == (2, dim), name
+
+
+def test_prediction_does_not_depend_on_the_batch_it_is_cut_into():
+    # fed.training.predict batches by PREDICT_BATCH for speed (benchmarks/predict_batch.py): the same labels as one
+    # batch of everything, on the head-to-head's CNN in eval mode (BatchNorm's running statistics)
+    from fed.training import PREDICT_BATCH, predict
+
+    torch.manual_seed(0)
+    model = build_model("cnn_dpms_fmnist", num_classes=10, in_channels=1, image_size=28)
+    model.train()(torch.randn(64, 1, 28, 28))  # running statistics away from their initial values
+    x = torch.randn(3 * PREDICT_BATCH + 5, 1, 28, 28)  # a last, partial batch
+    with torch.no_grad():
+        whole = model.eval()(x).argmax(1)
+    assert torch.equal(predict(model, x), whole)
+    assert torch.equal(predict(model, x, batch=7), whole)
