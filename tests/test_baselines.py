@@ -168,8 +168,9 @@ def test_fedlc_calibration_by_hand():
     out = calibrated_logits(T([[0.0, 0.0]]), T([0.0, 16.0]), 0.5, "offset").double()
     assert out[0, 0].item() == pytest.approx(-0.5 * 10**1.5, rel=1e-6)
     assert out[0, 1].item() == pytest.approx(-0.5 * (16 + 1e-6) ** -0.25, rel=1e-6)
-    with pytest.raises(ValueError, match="absent must be one of"):
+    with pytest.raises(ValueError, match=r"^FedLC: absent must be one of \['floor', 'offset'\], got 'zero'$"):
         build_algorithm("fedlc", absent="zero")
+    assert build_algorithm("fedlc").absent == "floor"  # FL-bench's: the rule every committed FedLC cell ran with
 
 
 def test_fedntd_not_true_distillation_by_hand():

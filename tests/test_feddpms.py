@@ -555,7 +555,7 @@ def test_the_leakage_audit_decodes_every_uploaded_latent_and_charges_it_to_its_d
     received = sum(len(y) for _, y in dpms._received.values())
     decoder, x = ctx.global_model().extras["decoder"], ctx.train_set.x
     hits = []
-    for (j, c), z in dpms._uploaded.items():  # every donor's pool of every abundant class, against its own records
+    for (j, _), z in dpms._uploaded.items():  # every donor's pool of every abundant class, against its own records
         if len(z) and len(ctx.test_idx[j]):  # a donor without held-out records is not tested
             with torch.no_grad():
                 hits.append(closer_to_train(decoder(z), x[ctx.train_idx[j]], x[ctx.test_idx[j]]))

@@ -207,3 +207,19 @@ def test_results_md_shows_the_glance_table_the_committed_cells_give():
     board = lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
                            grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
     assert lb.matrix(board).to_markdown(index=False) in (REPO / "docs/results.md").read_text()
+
+
+def test_the_fedlc_absent_check_changes_only_the_rule_and_is_committed(cpu):
+    """config/headtohead_fedlc_absent.yaml: FedLC with FLea's absent-class rule beside the head-to-head's (FL-bench's),
+    the same tuning, regimes and seeds; its 18 cells are committed (the table rebuilds without training)."""
+    files = [REPO / f"config/{f}.yaml" for f in ("headtohead", "headtohead_cpu", "headtohead_fedlc_absent")]
+    check = Grid.from_files(files, REPO)
+    methods = check.config["methods"]
+    assert {**methods["h2h_fedlc"], "absent": "offset"} == methods["h2h_fedlc_offset"]
+    table, board = check.config["tables"]["headtohead_fedlc_absent"], cpu.config["tables"]["headtohead_leaderboard"]
+    assert table["baseline"] == "h2h_fedlc" and table["preset"] == board["preset"]
+    assert table["partitions"] == board["partitions"] and table["seeds"] == board["seeds"]
+    cells = check.table_cells(table)
+    assert len(cells) == 6 * 3 * 3
+    for c in cells:
+        assert check.cell_path(**c).startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu/")), c

@@ -280,7 +280,8 @@ def test_fedntd_is_ntd_loss_with_the_global_model_as_teacher(monkeypatch):
 
 def fedlc_reference(counts, tau):
     """FL-bench ``FedLCClient.logit_calibrated_loss`` (FLea's ``myuser.py`` is the same loss): with the client's
-    training-label counts n_c, −log( e^{z_y − τ n_y^{−1/4}} / Σ_c e^{z_c − τ n_c^{−1/4}} ), summed over the batch / B."""
+    training-label counts n_c, −log( e^{z_y − τ n_y^{−1/4}} / Σ_c e^{z_c − τ n_c^{−1/4}} ), summed over the batch
+    / B."""
 
     def loss(net, xb, yb, r, k):
         cal = torch.exp(net(xb) - tau * counts[k].pow(-1 / 4).unsqueeze(0).expand(len(yb), -1))
