@@ -244,7 +244,7 @@ def _diff(c) -> str:
 
 def _with_diff(text: str, c) -> str:
     """``text`` and, where there is a paired difference, " (±d.dd*)" (``_diff``)."""
-    return f"{text} ({_diff(c)})" if math.isfinite(c["diff"]) else text
+    return f"{text} ({diff})" if (diff := _diff(c)) else text
 
 
 def _rank(rank: float, mean: bool) -> str:
