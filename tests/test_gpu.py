@@ -8,11 +8,14 @@ import json
 import pytest
 import torch
 
-from fed.algorithms import ALGORITHMS, build_algorithm
+from fed.algorithms import ALGORITHMS, build_algorithm, feddpms
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_labels
 from fed.data.partition import make_partition
+from fed.dpms import noisy_mean_pool
+from fed.models import build_model
 from fed.runner import run_cell, run_stage
+from fed.zsdg import ZSDGConfig, zsdg
 
 pytestmark = [
     pytest.mark.gpu,
@@ -42,8 +45,9 @@ def partition_file(synthetic_root, tmp_path_factory):
     return path
 
 
-def cell(name, device, root, partition_file, tmp):
-    model, params, settings = SETTINGS.get(name, ("cnn_mnist", {}, {}))
+def cell(name, device, root, partition_file, tmp, params=None):
+    model, default, settings = SETTINGS.get(name, ("cnn_mnist", {}, {}))
+    params = default if params is None else params
     small = dict(num_clients=4, fraction=0.5, rounds=3, local_epochs=1, batch_size=16, lr=0.01)
     cfg = FLConfig(**{**small, **settings}, model=model, device=device)
     spec = MethodSpec(name, name, params)
@@ -66,3 +70,34 @@ def test_every_algorithm_trains_on_the_gpu_as_on_the_cpu(name, synthetic_root, p
         if key in first_cpu:
             assert first_gpu[key] == pytest.approx(first_cpu[key], rel=1e-3, abs=1e-4), key
     assert gpu["last"]["global_acc"] == pytest.approx(cpu["last"]["global_acc"], abs=2.0)  # 200 test images
+
+
+def test_zsdg_inverts_a_gpu_model_on_its_device():
+    """Called without a device (as the leakage audit's model inversion calls it), ZSDG generates where the model is."""
+    model = build_model("cnn_mnist", 1, 10, 28).cuda()
+    x, y, info = zsdg(model, 10, (1, 28, 28), ZSDGConfig(per_class=2, iterations=2), torch.Generator().manual_seed(0))
+    assert x.is_cuda and y.is_cuda and x.shape == (20, 1, 28, 28) and torch.isfinite(x).all()
+
+
+@pytest.mark.parametrize("noise", ["calibrated", "code"])
+def test_feddpms_shares_decodes_and_trains_on_the_gpu_as_on_the_cpu(noise, synthetic_root, tmp_path, monkeypatch):
+    """Stage II on CUDA: noisy means drawn (both ways of forming a class's mean), matched, decoded by D̄ and trained on.
+    The cell above shares nothing (after its one Stage I round no noisy mean passes the classifier); here every
+    one is kept, as tests/test_feddpms.py's ``accept_all`` does, on a Dirichlet federation where receivers get some."""
+
+    def accept_all(mean, std, label, accept, *args, **kwargs):
+        return noisy_mean_pool(
+            mean, std, label, lambda v: torch.full((len(v),), label, device=v.device), *args, **kwargs
+        )
+
+    monkeypatch.setattr(feddpms, "noisy_mean_pool", accept_all)
+    part = tmp_path / "dirichlet.json"
+    labels = load_labels("synthetic", synthetic_root)
+    part.write_text(json.dumps(make_partition(labels, "dirichlet", 4, 0, 0.0, beta=0.3)))
+    params = {**SETTINGS["feddpms"][1], "noise": noise, "noise_multiplier": 4.0 if noise == "calibrated" else 0.5}
+    gpu, cpu = (cell("feddpms", device, synthetic_root, part, tmp_path, params) for device in ("cuda", "cpu"))
+    shared = [next(row for row in run["history"] if "dpms_received" in row) for run in (gpu, cpu)]
+    assert sum(shared[0]["dpms_received"]) > 0
+    for key in ("dpms_donor", "dpms_uploaded", "dpms_received"):
+        assert shared[0][key] == shared[1][key], key
+    assert not gpu["diverged"] and gpu["last"]["global_acc"] == pytest.approx(cpu["last"]["global_acc"], abs=2.0)
