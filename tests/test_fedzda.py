@@ -242,7 +242,8 @@ def test_zsdg_objective_is_eq3_at_the_first_iteration(trained):
     from fed.zsdg import channel_moments
 
     model = copy.deepcopy(trained).eval()
-    x0 = torch.randn((20, 1, 28, 28), generator=torch.Generator().manual_seed(5))
+    device = next(model.parameters()).device  # the fixture trains on CUDA where there is one (device: auto)
+    x0 = torch.randn((20, 1, 28, 28), generator=torch.Generator().manual_seed(5)).to(device)
     inputs = []
     handles = [
         m.register_forward_hook(lambda m, i, o: inputs.append((m, i[0])))
@@ -250,7 +251,7 @@ def test_zsdg_objective_is_eq3_at_the_first_iteration(trained):
         if isinstance(m, torch.nn.BatchNorm2d)
     ]
     with torch.no_grad():
-        ce = torch.nn.functional.cross_entropy(model(x0), torch.arange(10).repeat_interleave(2))
+        ce = torch.nn.functional.cross_entropy(model(x0), torch.arange(10, device=device).repeat_interleave(2))
     for h in handles:
         h.remove()
     expected = float(ce)
@@ -401,5 +402,5 @@ def test_zsdg_with_no_iterations_returns_its_starting_noise_and_no_loss(trained)
     """iterations 0 (an ablation: noise instead of ZSDG): the labelled starting noise, NaN losses, the model's
     accuracy on that noise."""
     x, y, info = zsdg(trained, 10, (1, 28, 28), ZSDGConfig(per_class=1, iterations=0), torch.Generator().manual_seed(4))
-    assert torch.equal(x, torch.randn((10, 1, 28, 28), generator=torch.Generator().manual_seed(4)))
+    assert torch.equal(x.cpu(), torch.randn((10, 1, 28, 28), generator=torch.Generator().manual_seed(4)))
     assert math.isnan(info["loss_first"]) and math.isnan(info["loss_last"]) and 0 <= info["source_acc"] <= 100

@@ -352,7 +352,7 @@ def test_fedgen_option_of_flea_s_description_generates_cut_feature_maps_with_fou
     )
     out = eng.run()
     algo, model = eng.algorithm, eng.ctx.global_model()
-    _, h = algo.generator(torch.tensor([0, 3, 9]), torch.Generator().manual_seed(0))
+    _, h = algo.generator(torch.tensor([0, 3, 9], device=eng.ctx.device), torch.Generator().manual_seed(0))
     x = eng.ctx.client_data(0)[0][:3]
     assert h.shape == model.features(x).shape == (3, 16, 7, 7)  # AudioNet's cut after block 1
     assert algo.score(model, h).shape == (3, 10) and not out["diverged"]

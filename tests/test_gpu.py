@@ -10,9 +10,11 @@ import torch
 
 from fed.algorithms import ALGORITHMS, build_algorithm, feddpms
 from fed.config import FLConfig, MethodSpec
-from fed.data.datasets import load_labels
+from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
 from fed.dpms import noisy_mean_pool
+from fed.engine import Engine
+from fed.leakage import audit
 from fed.models import build_model
 from fed.runner import run_cell, run_stage
 from fed.zsdg import ZSDGConfig, zsdg
@@ -101,3 +103,29 @@ def test_feddpms_shares_decodes_and_trains_on_the_gpu_as_on_the_cpu(noise, synth
     for key in ("dpms_donor", "dpms_uploaded", "dpms_received"):
         assert shared[0][key] == shared[1][key], key
     assert not gpu["diverged"] and gpu["last"]["global_acc"] == pytest.approx(cpu["last"]["global_acc"], abs=2.0)
+
+
+@pytest.mark.parametrize("name", ["fedavg", "feddata", "flea"])
+def test_the_leakage_audit_runs_on_the_gpu_as_on_the_cpu(name, synthetic_root, partition_file):
+    """The privacy ledger's audit (fed.leakage) of a cell trained on CUDA: raw samples (FedData), FLea's features
+    through its attacker's decoder, and every model's inversion (ZSDG from the seeded CPU stream). The same artifacts
+    are audited as on the CPU, at nearly the same rates (the GPU's images differ in rounding)."""
+    model, params, settings = SETTINGS.get(name, ("cnn_mnist", {}, {}))
+    params = {**params, "share_fraction": 0.3} if name == "feddata" else params
+    out = {}
+    for device in ("cuda", "cpu"):
+        small = dict(num_clients=4, fraction=1.0, rounds=1, local_epochs=1, batch_size=16, lr=0.01)
+        cfg = FLConfig(**{**small, **settings}, model=model, device=device)
+        train, test = (load_dataset("synthetic", synthetic_root, split) for split in ("train", "test"))
+        partition = json.loads(partition_file.read_text())
+        engine = Engine(cfg, build_algorithm(name, **params), train, test, partition, 0, progress=None)
+        engine.run()
+        reconstruction = {"samples": 100, "epochs": 1, "lr": 1e-3, "optimizer": "adam", "kind": "code"}
+        out[device] = audit(engine, engine.ctx.global_state, {"per_class": 2, "iterations": 3}, reconstruction)
+    gpu, cpu = out["cuda"]["artifacts"], out["cpu"]["artifacts"]
+    kinds = {"fedavg": set(), "feddata": {"raw_samples"}, "flea": {"reconstructed_features"}}[name]
+    assert set(gpu) == set(cpu) == kinds | {"model_inversion"}
+    for kind in gpu:
+        assert (gpu[kind]["n"], gpu[kind]["audited"]) == (cpu[kind]["n"], cpu[kind]["audited"]), kind
+        assert gpu[kind]["closer_to_train"] == pytest.approx(cpu[kind]["closer_to_train"], abs=0.15), kind
+    assert gpu.get("raw_samples", {}).get("leakage", 1.0) == 1.0

@@ -160,7 +160,8 @@ def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
         (d_train, i_train), (d_hold, i_hold) = _nearest(a, train), _nearest(a, hold)
         hits = _hits(d_train, d_hold)
         chance = len(train_idx) / (len(train_idx) + len(hold_idx))
-        record = torch.where(d_train <= d_hold, train_idx[i_train.cpu()], hold_idx[i_hold.cpu()])  # dataset index
+        nearer = (d_train <= d_hold).cpu()  # the indices live on the CPU, the distances on the run's device
+        record = torch.where(nearer, train_idx[i_train.cpu()], hold_idx[i_hold.cpu()])  # dataset index
         for r, hit in zip(record.tolist(), hits.tolist()):
             acc["nearest"].setdefault(r, ([], chance))[0].append(hit)
         acc["hits"].append(hits)
@@ -191,7 +192,7 @@ def invert(ctx, state: dict[str, torch.Tensor], seed: int, params: dict[str, Any
     model = ctx.new_model()
     model.load_state_dict(state)
     model.eval()
-    generator = torch.Generator(device=ctx.device).manual_seed(seed)
+    generator = torch.Generator().manual_seed(seed)  # ZSDG draws its starting noise on the CPU, on any device
     x, _, _ = zsdg(model, ctx.num_classes, ctx.input_shape, ZSDGConfig.from_params(params or INVERSION), generator)
     return Shared("model_inversion", -1, x.detach())
 
