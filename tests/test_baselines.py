@@ -170,7 +170,7 @@ def test_fedlc_calibration_by_hand():
     assert out[0, 1].item() == pytest.approx(-0.5 * (16 + 1e-6) ** -0.25, rel=1e-6)
     with pytest.raises(ValueError, match=r"^FedLC: absent must be one of \['floor', 'offset'\], got 'zero'$"):
         build_algorithm("fedlc", absent="zero")
-    assert build_algorithm("fedlc").absent == "floor"  # FL-bench's: the rule every committed FedLC cell ran with
+    assert build_algorithm("fedlc").absent == "floor"  # FL-bench's, the head-to-head's (FLea's reproduction: offset)
 
 
 def test_fedntd_not_true_distillation_by_hand():

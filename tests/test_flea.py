@@ -3,6 +3,7 @@ size and age; FLea's models and the per-round learning-rate decay."""
 
 import json
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -391,3 +392,17 @@ def test_flea_defaults_and_the_bounds_of_its_settings():
     ):
         with pytest.raises(ValueError, match=match):
             build_algorithm("flea", **bad)
+
+
+def test_flea_s_fedlc_baseline_runs_flea_s_absent_class_rule_in_config_and_committed_cells():
+    """FLea's FedLC numbers come from its code, which adds 1e-6 to every class count (XTxiatong/FLea ``myuser.py``
+    L187): the reproduction's ``fedlc_flea`` runs that rule (``absent: offset``, not FL-bench's floor), and so does
+    every committed cell of it."""
+    import yaml
+
+    repo = Path(__file__).resolve().parents[1]
+    method = yaml.safe_load((repo / "config/papers/flea.yaml").read_text())["methods"]["fedlc_flea"]
+    assert method["algorithm"] == "fedlc" and method["absent"] == "offset"
+    cells = sorted((repo / "reference/flea_quick/runs").glob("*/*/*/fedlc_flea/seed*/metrics.json"))
+    assert len(cells) == 12
+    assert {json.loads(c.read_text())["method"]["params"]["absent"] for c in cells} == {"offset"}
