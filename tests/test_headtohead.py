@@ -223,3 +223,28 @@ def test_the_fedlc_absent_check_changes_only_the_rule_and_is_committed(cpu):
     assert len(cells) == 6 * 3 * 3
     for c in cells:
         assert check.cell_path(**c).startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu/")), c
+
+
+def test_the_cuts_check_cuts_only_each_method_s_own_work_and_is_committed(cpu):
+    """config/headtohead_cuts.yaml: the four costliest methods with their own work cut to a fraction (Fed-ZDA's start
+    round, FedData's share, FedDPMS' quota and attempts), everything else as the CPU overlay's; the 1- and 2-class
+    regimes, 3 seeds; its 24 cells are committed beside the overlay's (the table rebuilds without training)."""
+    files = [REPO / f"config/{f}.yaml" for f in ("headtohead", "headtohead_cpu", "headtohead_cuts")]
+    check = Grid.from_files(files, REPO)
+    methods = check.config["methods"]
+    for full, cut, change in (
+        ("h2h_fedzdac", "h2h_fedzdac_last", {"start_round": 20}),
+        ("h2h_fedzdas", "h2h_fedzdas_last", {"start_round": 20}),
+        ("feddata", "feddata_1pct", {"share_fraction": 0.01}),
+        ("h2h_feddpms", "h2h_feddpms_tenth", {"quota": 20, "max_attempts": 200}),
+    ):
+        assert all(methods[full][k] != v for k, v in change.items()), full  # a cut, not the overlay's value
+        assert {**methods[full], **change} == methods[cut], cut
+    table, board = check.config["tables"]["headtohead_cuts"], cpu.config["tables"]["headtohead_leaderboard"]
+    assert table["baseline"] == "fedavg" and table["preset"] == board["preset"] and table["seeds"] == board["seeds"]
+    assert table["partitions"] == ["h2h_1class", "h2h_2class"] and not table.get("audit")
+    cells = check.table_cells(table)
+    assert len(cells) == 9 * 2 * 3
+    for c in cells:
+        path = check.cell_path(**c)
+        assert path.startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu/")), c
