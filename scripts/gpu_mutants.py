@@ -176,7 +176,7 @@ def apply(name: str, path: str, before: str, after: str, dest: Path) -> Path:
     return dest / "src"
 
 
-def pytest(src: Path, tests: str) -> tuple[int, float, str]:
+def run_gpu_tests(src: Path, tests: str) -> tuple[int, float, str]:
     """The GPU tests selected by ``tests`` run against ``src``: (exit status, seconds, pytest's summary line)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(src), *filter(None, [os.environ.get("PYTHONPATH")])])}
     cmd = [sys.executable, "-m", "pytest", "-x", "-q", "-m", "gpu", "-p", "no:cacheprovider", GPU_TESTS, "-k", tests]
@@ -190,7 +190,7 @@ def pytest(src: Path, tests: str) -> tuple[int, float, str]:
 
 def check(mutant: tuple[str, str, str, str, str], scratch: Path) -> tuple[str, str, float, str]:
     name, path, before, after, tests = mutant
-    code, seconds, last = pytest(apply(name, path, before, after, scratch / name), tests)
+    code, seconds, last = run_gpu_tests(apply(name, path, before, after, scratch / name), tests)
     result = "killed" if code else "survived"
     expected = "survived" if name in EQUIVALENT else "killed"
     return name, result if result == expected else f"{result} (UNEXPECTED)", seconds, last
@@ -205,7 +205,7 @@ def main(argv: list[str] | None = None) -> int:
     todo = [m for m in MUTANTS if not args.only or m[0] in args.only]
     with ThreadPoolExecutor(args.jobs) as pool:  # a kill means something only where the unmutated code passes
         selections = sorted({m[4] for m in todo})
-        for tests, (code, _, last) in zip(selections, pool.map(lambda t: pytest(REPO / "src", t), selections)):
+        for tests, (code, _, last) in zip(selections, pool.map(lambda t: run_gpu_tests(REPO / "src", t), selections)):
             if code:
                 raise SystemExit(f"the unmutated code fails the GPU tests -k {tests!r} ({last}): fix that first")
     with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(args.jobs) as pool:

@@ -45,6 +45,22 @@ def synthetic_root(tmp_path_factory):
     return root
 
 
+@pytest.fixture
+def accept_all(monkeypatch):
+    """FedDPMS keeps every noisy mean: a few Stage I rounds decode poorly, and the tests using this are about the
+    plumbing of Stage II (tests/test_feddpms.py, tests/test_gpu.py)."""
+    import torch
+
+    from fed.algorithms import feddpms
+    from fed.dpms import noisy_mean_pool
+
+    def pool(mean, std, label, accept, *args, **kwargs):
+        keep = lambda v: torch.full((len(v),), label, device=v.device)  # noqa: E731
+        return noisy_mean_pool(mean, std, label, keep, *args, **kwargs)
+
+    monkeypatch.setattr(feddpms, "noisy_mean_pool", pool)
+
+
 @pytest.fixture(scope="session")
 def smoke_run(tmp_path_factory):
     """The smoke config run once through Snakemake (shared by the workflow and report tests)."""

@@ -272,16 +272,6 @@ def test_decoders_stay_local_until_the_upload_round_then_average(dpms_run, synth
         assert torch.equal(run1.global_state[k], initial[k]), k
 
 
-@pytest.fixture
-def accept_all(monkeypatch):
-    """Every noisy mean is kept: 2 Stage I rounds decode poorly, and these tests are about the plumbing."""
-
-    def pool(mean, std, label, accept, *args, **kwargs):
-        return noisy_mean_pool(mean, std, label, lambda v: torch.full((len(v),), label), *args, **kwargs)
-
-    monkeypatch.setattr(feddpms, "noisy_mean_pool", pool)
-
-
 def test_after_matching_every_client_deletes_its_decoder(dpms_run, synthetic_root, accept_all):
     _, part = dpms_run
     run = engine(synthetic_root, part, rounds=DPMS["preliminary_rounds"] + 1)  # Stage I inline, then Stage II

@@ -8,11 +8,10 @@ import json
 import pytest
 import torch
 
-from fed.algorithms import ALGORITHMS, build_algorithm, feddpms
+from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
-from fed.dpms import noisy_mean_pool
 from fed.engine import Engine
 from fed.leakage import audit
 from fed.models import build_model
@@ -47,11 +46,16 @@ def partition_file(synthetic_root, tmp_path_factory):
     return path
 
 
+def small(name, device, **overrides):
+    """(config, parameters) of a small run of ``name`` on ``device``: SETTINGS' model and settings where it has them."""
+    model, params, settings = SETTINGS.get(name, ("cnn_mnist", {}, {}))
+    base = {**dict(num_clients=4, fraction=0.5, rounds=3, local_epochs=1, batch_size=16, lr=0.01), **overrides}
+    return FLConfig(**{**base, **settings}, model=model, device=device), params
+
+
 def cell(name, device, root, partition_file, tmp, params=None):
-    model, default, settings = SETTINGS.get(name, ("cnn_mnist", {}, {}))
+    cfg, default = small(name, device)
     params = default if params is None else params
-    small = dict(num_clients=4, fraction=0.5, rounds=3, local_epochs=1, batch_size=16, lr=0.01)
-    cfg = FLConfig(**{**small, **settings}, model=model, device=device)
     spec = MethodSpec(name, name, params)
     stages = {}
     for key, stage in build_algorithm(name, **params).stages().items():
@@ -82,17 +86,10 @@ def test_zsdg_inverts_a_gpu_model_on_its_device():
 
 
 @pytest.mark.parametrize("noise", ["calibrated", "code"])
-def test_feddpms_shares_decodes_and_trains_on_the_gpu_as_on_the_cpu(noise, synthetic_root, tmp_path, monkeypatch):
+def test_feddpms_shares_decodes_and_trains_on_the_gpu_as_on_the_cpu(noise, synthetic_root, tmp_path, accept_all):
     """Stage II on CUDA: noisy means drawn (both ways of forming a class's mean), matched, decoded by D̄ and trained on.
     The cell above shares nothing (after its one Stage I round no noisy mean passes the classifier); here every
-    one is kept, as tests/test_feddpms.py's ``accept_all`` does, on a Dirichlet federation where receivers get some."""
-
-    def accept_all(mean, std, label, accept, *args, **kwargs):
-        return noisy_mean_pool(
-            mean, std, label, lambda v: torch.full((len(v),), label, device=v.device), *args, **kwargs
-        )
-
-    monkeypatch.setattr(feddpms, "noisy_mean_pool", accept_all)
+    one is kept (``accept_all``, as in tests/test_feddpms.py), on a Dirichlet federation where receivers get some."""
     part = tmp_path / "dirichlet.json"
     labels = load_labels("synthetic", synthetic_root)
     part.write_text(json.dumps(make_partition(labels, "dirichlet", 4, 0, 0.0, beta=0.3)))
@@ -110,14 +107,12 @@ def test_the_leakage_audit_runs_on_the_gpu_as_on_the_cpu(name, synthetic_root, p
     """The privacy ledger's audit (fed.leakage) of a cell trained on CUDA: raw samples (FedData), FLea's features
     through its attacker's decoder, and every model's inversion (ZSDG from the seeded CPU stream). The same artifacts
     are audited as on the CPU, at nearly the same rates (the GPU's images differ in rounding)."""
-    model, params, settings = SETTINGS.get(name, ("cnn_mnist", {}, {}))
-    params = {**params, "share_fraction": 0.3} if name == "feddata" else params
     out = {}
-    for device in ("cuda", "cpu"):
-        small = dict(num_clients=4, fraction=1.0, rounds=1, local_epochs=1, batch_size=16, lr=0.01)
-        cfg = FLConfig(**{**small, **settings}, model=model, device=device)
+    for device in ("cuda", "cpu"):  # each run loads its own data: an engine may move it to its device
         train, test = (load_dataset("synthetic", synthetic_root, split) for split in ("train", "test"))
         partition = json.loads(partition_file.read_text())
+        cfg, params = small(name, device, fraction=1.0, rounds=1)
+        params = {**params, "share_fraction": 0.3} if name == "feddata" else params
         engine = Engine(cfg, build_algorithm(name, **params), train, test, partition, 0, progress=None)
         engine.run()
         reconstruction = {"samples": 100, "epochs": 1, "lr": 1e-3, "optimizer": "adam", "kind": "code"}
