@@ -248,3 +248,82 @@ def test_the_cuts_check_cuts_only_each_method_s_own_work_and_is_committed(cpu):
     for c in cells:
         path = check.cell_path(**c)
         assert path.startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu/")), c
+
+
+def test_the_3h_overlay_drops_regimes_and_nothing_else(cpu):
+    """config/headtohead_cpu_3h.yaml: the CPU overlay on two of its six regimes (2 classes a client and Dir(0.1)), every
+    method's settings, the seeds and the preset unchanged; so its cells, stages and audits are the CPU overlay's,
+    the committed ones serve it and a run from nothing trains those two regimes only."""
+    files = [REPO / f"config/{f}.yaml" for f in ("headtohead", "headtohead_cpu", "headtohead_cpu_3h")]
+    short = Grid.from_files(files, REPO)
+    regimes = ["h2h_2class", "h2h_dir0.1"]
+    board = {**cpu.config["tables"]["headtohead_leaderboard"], "partitions": regimes}
+    gain = {**cpu.config["figures"]["headtohead_gain"], "partitions": regimes}
+    expected = {
+        **cpu.config,
+        "tables": {**cpu.config["tables"], "headtohead_leaderboard": board},
+        "figures": {**cpu.config["figures"], "headtohead_gain": gain},
+    }
+    assert short.config == expected  # only the leaderboard's and the heat map's regimes differ
+    assert {key[2] for key in short.stages} == set(regimes)  # the FedAvg prefixes, GANs, Stage I, tunings
+    cells = short.cost_cells(board["paper"], board["preset"], audited=True)
+    assert len(cells) == 2 * 36 and {c["partition"] for c in cells} == set(regimes)
+    for c in cells:
+        for file in ("metrics.json", "audit.json"):
+            assert short.cell_path(**c, file=file) == cpu.cell_path(**c, file=file), (c, file)
+            assert short.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu/")), (c, file)
+
+
+def _board(grid):
+    """The leaderboard (long form) of ``grid``'s head-to-head cells, as the table rule builds it."""
+    from fed.reporting import leaderboard as lb
+    from fed.reporting.tables import collect_runs
+
+    table = grid.config["tables"]["headtohead_leaderboard"]
+    runs = collect_runs([dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(table)])
+    return lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
+                          grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
+
+
+def cpu_comparison(epyc, xeon) -> str:
+    """docs/results.md's table of the 3 h overlay on two CPUs: per method (the baseline left out) and regime (all
+    regimes last) the difference to FedAvg, committed / Xeon, * significant after Holm."""
+    import pandas as pd
+
+    from fed.reporting import leaderboard as lb
+
+    a, b = (board[board.metric == "global_acc"].set_index(["regime", "method"]) for board in (epyc, xeon))
+    regimes = list(dict.fromkeys(epyc.regime))
+    methods = a.loc[lb.ALL]["diff"].drop("fedavg").sort_values(ascending=False, kind="stable").index
+    rows = [{"method": m, **{r: f"{lb._diff(a.loc[(r, m)])} / {lb._diff(b.loc[(r, m)])}" for r in regimes}}
+            for m in methods]  # fmt: skip
+    return pd.DataFrame(rows).to_markdown(index=False)
+
+
+def test_the_3h_overlay_on_another_cpu_moves_cells_not_its_pooled_verdicts():
+    """reference/headtohead_cpu_xeon: the 3 h overlay's 72 cells and audits run again from nothing on a 2-core Intel
+    Xeon (the committed ones: earlier sessions' machine), same code, settings, seeds and partitions. The two CPUs round
+    differently, so the cells are not bitwise equal; the pooled leaderboard keeps its significant methods and their
+    signs (and every method more than 1 pp from FedAvg keeps its sign), each pooled difference within 0.7 pp.
+    docs/results.md shows the comparison as these cells give it."""
+    names = ("headtohead", "headtohead_cpu", "headtohead_cpu_3h")
+    epyc = Grid.from_files([REPO / f"config/{f}.yaml" for f in names], REPO)
+    xeon = Grid.from_files([REPO / f"config/{f}.yaml" for f in (*names, "headtohead_cpu_3h_xeon")], REPO)
+    table = xeon.config["tables"]["headtohead_leaderboard"]
+    assert xeon.config["methods"] == epyc.config["methods"] and table == epyc.config["tables"]["headtohead_leaderboard"]
+    cells = xeon.cost_cells(table["paper"], table["preset"], audited=True)
+    assert len(cells) == 72
+    for c in cells:
+        for file in ("metrics.json", "audit.json"):
+            assert xeon.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu_xeon/")), (c, file)
+    a, b = _board(epyc), _board(xeon)
+    first = (a.metric == "global_acc").to_numpy()
+    cell_a = a[first].set_index(["regime", "method"])
+    cell_b = b[first].set_index(["regime", "method"])
+    assert (cell_a["mean"] != cell_b["mean"]).any()  # not the same numbers: another CPU's rounding
+    pooled_a, pooled_b = cell_a.loc["all regimes"], cell_b.loc["all regimes"]
+    assert pooled_a.index[pooled_a.significant].tolist() == pooled_b.index[pooled_b.significant].tolist() == ["feddata"]
+    clear = (pooled_a["diff"].abs() > 1) | (pooled_b["diff"].abs() > 1)
+    assert clear.sum() == 7 and (pooled_a["diff"][clear] > 0).equals(pooled_b["diff"][clear] > 0)
+    assert (pooled_a["diff"] - pooled_b["diff"]).abs().max() < 0.7
+    assert cpu_comparison(a, b) in (REPO / "docs/results.md").read_text()
