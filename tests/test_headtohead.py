@@ -317,9 +317,7 @@ def test_the_3h_overlay_on_another_cpu_moves_cells_not_its_pooled_verdicts():
         for file in ("metrics.json", "audit.json"):
             assert xeon.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu_xeon/")), (c, file)
     a, b = _board(epyc), _board(xeon)
-    first = (a.metric == "global_acc").to_numpy()
-    cell_a = a[first].set_index(["regime", "method"])
-    cell_b = b[first].set_index(["regime", "method"])
+    cell_a, cell_b = (board[board.metric == "global_acc"].set_index(["regime", "method"]) for board in (a, b))
     assert (cell_a["mean"] != cell_b["mean"]).any()  # not the same numbers: another CPU's rounding
     pooled_a, pooled_b = cell_a.loc["all regimes"], cell_b.loc["all regimes"]
     assert pooled_a.index[pooled_a.significant].tolist() == pooled_b.index[pooled_b.significant].tolist() == ["feddata"]
