@@ -27,6 +27,17 @@ def cpu():
     return Grid.from_files([REPO / "config/headtohead.yaml", REPO / "config/headtohead_cpu.yaml"], REPO)
 
 
+def _board(grid):
+    """The leaderboard (long form) of ``grid``'s head-to-head cells, as the table rule builds it."""
+    from fed.reporting import leaderboard as lb
+    from fed.reporting.tables import collect_runs
+
+    table = grid.config["tables"]["headtohead_leaderboard"]
+    runs = collect_runs([dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(table)])
+    return lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
+                          grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
+
+
 def test_the_full_grid_is_12_methods_by_6_regimes_by_3_seeds_on_one_model_and_protocol(full):
     table = full.config["tables"]["headtohead_leaderboard"]
     assert len(table["methods"]) == 12 and len(table["partitions"]) == 6 and table["seeds"] == [0, 1, 2]
@@ -194,19 +205,12 @@ def test_the_committed_flea_cut_check_is_current():
         assert check.cell_path(**c).startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu_block2/")), c
 
 
-def test_results_md_shows_the_glance_table_the_committed_cells_give():
+def test_results_md_shows_the_glance_table_the_committed_cells_give(cpu):
     """docs/results.md's head-to-head table is the leaderboard's first table (``fed.reporting.leaderboard.matrix``)
     built from the committed cells: a regime landed without refreshing the docs, or a hand-edited number, fails."""
     from fed.reporting import leaderboard as lb
-    from fed.reporting.tables import collect_runs
 
-    grid = Grid.from_files([REPO / "config/headtohead.yaml", REPO / "config/headtohead_cpu.yaml"], REPO)
-    table = grid.config["tables"]["headtohead_leaderboard"]
-    cells = [dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(table)]
-    runs = collect_runs(cells)
-    board = lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
-                           grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
-    assert lb.matrix(board).to_markdown(index=False) in (REPO / "docs/results.md").read_text()
+    assert lb.matrix(_board(cpu)).to_markdown(index=False) in (REPO / "docs/results.md").read_text()
 
 
 def test_the_fedlc_absent_check_changes_only_the_rule_and_is_committed(cpu):
@@ -272,17 +276,6 @@ def test_the_3h_overlay_drops_regimes_and_nothing_else(cpu):
         for file in ("metrics.json", "audit.json"):
             assert short.cell_path(**c, file=file) == cpu.cell_path(**c, file=file), (c, file)
             assert short.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_cpu/")), (c, file)
-
-
-def _board(grid):
-    """The leaderboard (long form) of ``grid``'s head-to-head cells, as the table rule builds it."""
-    from fed.reporting import leaderboard as lb
-    from fed.reporting.tables import collect_runs
-
-    table = grid.config["tables"]["headtohead_leaderboard"]
-    runs = collect_runs([dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(table)])
-    return lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
-                          grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
 
 
 def cpu_comparison(epyc, xeon) -> str:
