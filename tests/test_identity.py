@@ -54,6 +54,7 @@ def test_an_edit_changes_exactly_the_runs_that_execute_it(package_copy):
     }
     touch(package_copy / "reporting/figures.py")
     touch(package_copy / "tracking.py")
+    touch(package_copy / "provenance.py")  # where a cell ran (issue 40): recorded, never its identity
     assert hashes() == before
     touch(package_copy / "algorithms/scaffold.py")
     after = hashes()

@@ -19,7 +19,7 @@ from typing import Any, TextIO
 import torch
 from tqdm import tqdm
 
-from fed import checkpoint, identity
+from fed import checkpoint, identity, provenance
 from fed.algorithms.base import Algorithm, hyperparameters
 from fed.client_store import ClientStore
 from fed.config import FLConfig
@@ -78,6 +78,7 @@ class Engine:
         self.history: list[dict[str, Any]] = []
         self.diverged_round: int | None = None
         self.wall_before = 0.0  # wall time of earlier segments of this run (before a resume)
+        self.earlier_machines: list[dict[str, Any]] = []  # where the rounds before a resume or warm start ran
         self._prefix_fp: dict[str, str] = {}
 
     # convenient views for tests and benchmarks
@@ -146,6 +147,7 @@ class Engine:
                 "diverged_round": self.diverged_round,
                 "wall_seconds": wall,
                 "ledger": self.ctx.ledger,
+                "machines": self.machines(),
             },
         )
         # the previous checkpoint stays readable as a fallback, so keep the client state it needs
@@ -206,6 +208,7 @@ class Engine:
         self.ctx.round, self.ctx.global_state = ckpt["round"], ckpt["global_state"]
         self.history, self.diverged_round = ckpt["history"], ckpt.get("diverged_round")
         self.ctx.ledger = ckpt.get("ledger", self.ctx.ledger)
+        self.earlier_machines = ckpt.get("machines", [])
 
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
@@ -270,7 +273,20 @@ class Engine:
             "device": str(self.ctx.device),
             "threads": torch.get_num_threads(),  # part of the identity: results depend on it
             "shared": dict(self.ctx.ledger),
+            "machine": self._machine_record(),
         }
+
+    def _machine_record(self) -> dict[str, Any]:
+        """This segment's machine, with ``earlier``: the others that ran rounds of this run, if any."""
+        *earlier, here = self.machines()
+        earlier = [m for m in earlier if m != here]
+        return here | ({"earlier": earlier} if earlier else {})
+
+    def machines(self) -> list[dict[str, Any]]:
+        """Where this run's rounds ran, oldest first (``fed.provenance``; not part of its identity)."""
+        here = provenance.machine(self.ctx.device)
+        earlier = self.earlier_machines
+        return earlier if earlier and earlier[-1] == here else [*earlier, here]
 
     def _log(self, msg: str) -> None:
         if self.progress is not None:

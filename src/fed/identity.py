@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parent
 ENTRY = "fed.runner"  # what workflow/scripts/train.py and stage.py run
 REGISTRY = "fed.algorithms"  # imports every method; a run executes only its own
 PREFIX_MODULE = f"{REGISTRY}.fedavg"  # the method every FedAvg prefix stage runs
-NOT_NUMERIC = frozenset({"fed.tracking", "fed.reference"})  # MLflow logging; writing metrics.json
+NOT_NUMERIC = frozenset({"fed.tracking", "fed.reference", "fed.provenance"})  # MLflow; metrics.json; where it ran
 
 
 def runtime_imports(path: Path) -> set[str]:

@@ -18,6 +18,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from fed import provenance
+
 MAX_METRICS_PER_BATCH = 1000
 MAX_PARAMS_PER_BATCH = 100
 
@@ -182,6 +184,7 @@ class LiveRun:
             "device": summary["device"],
             "threads": str(summary.get("threads", "")),
             **{f"shared.{k}": str(v) for k, v in summary.get("shared", {}).items()},
+            **provenance.tags(summary),  # where it ran: tags, never params (not the run's identity)
             **(tags or {}),
         }
 

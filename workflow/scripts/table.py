@@ -5,12 +5,15 @@ import sys
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
 from fed.reporting import leaderboard as lb
-from fed.reporting.tables import build_table, collect_runs, paper_values, write_table
+from fed.reporting.tables import build_table, collect_runs, machine_note, mixes_machines, paper_values, write_table
 from fed.reporting.verdicts import Tolerance
 
 exp, preset = snakemake.params.table, snakemake.params.preset
 tolerance = Tolerance(**snakemake.params.verdict)
 cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input)]
+runs = collect_runs(cells)
+if mixes_machines(runs):  # float32 rounding differs between them: no verdict on a gap that rounding can make
+    tolerance = tolerance.across_machines()
 out = snakemake.output.csv.removesuffix(".csv")
 clients = preset.get("num_clients") or f"|D_k| ≈ {preset['avg_client_size']}"
 if isinstance(clients, dict):  # per dataset
@@ -20,6 +23,8 @@ setting = (
     f"B={preset['batch_size']}, {preset.get('optimizer', 'sgd')} lr={preset['lr']})"
 )
 extras = [preset["note"].rstrip(".")] if preset.get("note") else []
+if where := machine_note(runs):
+    extras.append(where.rstrip("."))
 protocols = snakemake.params.protocols  # methods' departures from the preset
 if own := "; ".join(f"{m}: " + ", ".join(f"{k} {v}" for k, v in p.items()) for m, p in protocols.items()):
     extras.append(f"Methods with their own local settings (`protocol:`): {own}")
@@ -27,7 +32,7 @@ note = "".join(f". {x}" for x in extras)  # sentences after the setting
 
 if exp["layout"] == "leaderboard":  # every method against a baseline, per regime (fed.reporting.leaderboard)
     board = lb.leaderboard(
-        collect_runs(cells),
+        runs,
         exp["datasets"],
         exp["partitions"],
         exp["methods"],
@@ -42,7 +47,7 @@ if exp["layout"] == "leaderboard":  # every method against a baseline, per regim
     lb.write_leaderboard(board, out, caption)
 else:  # the paper's layout, a verdict per cell
     table = build_table(
-        collect_runs(cells),
+        runs,
         paper_values(exp["paper"]),
         exp["table"],
         exp["datasets"],

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from fed import provenance
 from fed.metrics import mean_std
 from fed.reporting.verdicts import (
     ABOVE,
@@ -54,7 +55,8 @@ def paper_values(paper: str) -> pd.DataFrame:
 
 
 def collect_runs(cells: list[dict]) -> pd.DataFrame:
-    """One row per (cell, metric): ``cells`` carry dataset, partition, method, seed and the metrics.json path."""
+    """One row per (cell, metric): ``cells`` carry dataset, partition, method, seed and the metrics.json path;
+    ``machine``: where the cell ran (``fed.provenance.kind``)."""
     rows = []
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
@@ -69,11 +71,25 @@ def collect_runs(cells: list[dict]) -> pd.DataFrame:
                             "metric": metric,
                             "value": float(value),
                             "diverged": summary["diverged"],
+                            "machine": provenance.kind(summary),
                         }
                     )
     return pd.DataFrame(
-        rows, columns=["dataset", "partition", "method", "seed", "protocol", "metric", "value", "diverged"]
+        rows,
+        columns=["dataset", "partition", "method", "seed", "protocol", "metric", "value", "diverged", "machine"],
     )
+
+
+def machine_note(runs: pd.DataFrame) -> str:
+    """The caption's sentence on where the cells of ``runs`` (``collect_runs``) ran; empty for one machine kind."""
+    cells = runs.drop_duplicates(["dataset", "partition", "method", "seed"])
+    return provenance.mix_note(cells.machine.tolist())
+
+
+def mixes_machines(runs: pd.DataFrame) -> bool:
+    """Whether the cells of ``runs`` ran on more than one kind of machine (cells that predate the record count as
+    a kind of their own: where they ran is unknown)."""
+    return runs.machine.nunique() > 1
 
 
 def fmt(mean: float, std: float, digits: int = 2) -> str:

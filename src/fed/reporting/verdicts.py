@@ -14,6 +14,10 @@ Per cell, in this order of precedence:
   accuracy), so no cell 10 pp from the paper reads reproduced;
 - otherwise ``above paper`` or ``below paper``.
 
+A table whose cells ran on more than one kind of machine (``fed.provenance.kind``: CPU kernel set or GPU) raises the
+floor to ``cross_machine`` (default 2.8 pp: the largest change of a cell moved to another CPU that docs/results.md
+measured, "The same cells on another CPU"): no verdict rests on a difference that rounding alone can make.
+
 A paper value read off a figure (``fed.reporting.digitise``) carries its reading uncertainty: it widens the
 tolerance by that much, and the verdict says "read from a figure".
 """
@@ -21,7 +25,7 @@ tolerance by that much, and the verdict says "read from a figure".
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 REPRODUCED, ABOVE, BELOW = "reproduced", "above paper", "below paper"
 NO_PAPER, NOT_COMPARABLE, DIVERGED = "no paper value", "not comparable", "diverged"
@@ -43,6 +47,11 @@ class Tolerance:
     floor: float = 2.0
     k: float = 2.0
     ceiling: float | None = 0.1  # of |paper|; None: no ceiling
+    cross_machine: float = 2.8  # the floor of a table that mixes machines
+
+    def across_machines(self) -> Tolerance:
+        """The tolerance of a table whose cells ran on several kinds of machine."""
+        return replace(self, floor=max(self.floor, self.cross_machine))
 
     def of(self, paper: float, paper_std: float, ours_std: float) -> float:
         sp, so = (0.0 if not math.isfinite(s) else s for s in (paper_std, ours_std))
