@@ -47,6 +47,8 @@ def test_a_cell_records_where_it_ran_in_metrics_json_and_mlflow(cell):  # noqa: 
     assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
     assert (machine["torch"], machine["device"], machine["gpu"]) == (torch.__version__, "cpu", None)
     assert machine["threads"] == torch.get_num_threads() and machine["cpu"] == provenance.cpu_model()
+    # a checkpoint carries it and still loads as weights only (warm starts, stage files: fed.checkpoint.load_file)
+    assert torch.load(tmp_path / "work/checkpoint.pt", weights_only=True)["machines"] == [machine]
     tags = runs()[0].data.tags
     assert tags["machine.cpu_capability"] == machine["cpu_capability"]
     assert tags["machine.kind"] == f"cpu {machine['cpu_capability']}"

@@ -29,7 +29,7 @@ def machine(device: Any) -> dict[str, Any]:
     return {
         "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
-        "torch": torch.__version__,
+        "torch": str(torch.__version__),  # a plain str: checkpoints load with weights_only=True
         "device": str(device),
         "gpu": torch.cuda.get_device_name(device) if device.type == "cuda" else None,
         "threads": torch.get_num_threads(),
