@@ -131,3 +131,21 @@ def test_a_table_of_several_machines_says_so_and_no_verdict_rests_on_rounding(tm
     args = ("T", ["d"], ["p"], {"m": "m"}, ["global_acc"], "last", {"m"})
     assert build_table(mixed, paper, *args, tolerance=tolerance.across_machines()).verdict[0] == "reproduced"
     assert "max(2.8," in tolerance.across_machines().describe()
+
+
+def test_the_committed_rerun_on_an_avx2_cpu_records_it_and_is_current():
+    """reference/headtohead_cpu_avx2: one head-to-head cell re-run by the pipeline and exported with its machine
+    (docs/results.md, "The same cells on another CPU"); it stands for the CPU overlay's cell, and differs from the
+    committed one (another CPU) and from the Xeon's by rounding only."""
+    config, _ = checked_files([str(REPO / f"config/{f}.yaml") for f in ("headtohead", "headtohead_cpu")], REPO)
+    grid = Grid({**config, "reference_dir": "reference/headtohead_cpu_avx2"}, root=REPO)
+    cell = ("headtohead_cpu", "fmnist", "h2h_dir0.1", "fedavg", 0)
+    assert grid.reference_is_current(*cell)
+    rerun = json.loads(open(grid.cell_path(*cell)).read())
+    assert provenance.kind(rerun) == "cpu AVX2" and set(rerun["machine"]) == FIELDS
+    committed = json.loads(
+        (REPO / "reference/headtohead_cpu/runs" / "/".join(cell[:4]) / "seed0/metrics.json").read_text()
+    )
+    assert provenance.kind(committed) == "not recorded"
+    assert rerun["last"]["global_acc"] != committed["last"]["global_acc"]  # another CPU: not bitwise
+    assert abs(rerun["last"]["global_acc"] - committed["last"]["global_acc"]) < 2.8
