@@ -139,12 +139,12 @@ def test_the_committed_rerun_on_an_avx2_cpu_records_it_and_is_current():
     committed one (another CPU) and from the Xeon's by rounding only."""
     config, _ = checked_files([str(REPO / f"config/{f}.yaml") for f in ("headtohead", "headtohead_cpu")], REPO)
     grid = Grid({**config, "reference_dir": "reference/headtohead_cpu_avx2"}, root=REPO)
-    cell = ("headtohead_cpu", "fmnist", "h2h_dir0.1", "fedavg", 0)
-    assert grid.reference_is_current(*cell)
-    rerun = json.loads(open(grid.cell_path(*cell)).read())
+    key = ("headtohead_cpu", "fmnist", "h2h_dir0.1", "fedavg", 0)
+    assert grid.reference_is_current(*key)
+    rerun = json.loads(open(grid.cell_path(*key)).read())
     assert provenance.kind(rerun) == "cpu AVX2" and set(rerun["machine"]) == FIELDS
     committed = json.loads(
-        (REPO / "reference/headtohead_cpu/runs" / "/".join(cell[:4]) / "seed0/metrics.json").read_text()
+        (REPO / "reference/headtohead_cpu/runs" / "/".join(key[:4]) / "seed0/metrics.json").read_text()
     )
     assert provenance.kind(committed) == "not recorded"
     assert rerun["last"]["global_acc"] != committed["last"]["global_acc"]  # another CPU: not bitwise
