@@ -1,6 +1,7 @@
 """Bad configs fail before the DAG runs, with messages that name the problem and the valid choices."""
 
 import copy
+import re
 import subprocess
 import sys
 
@@ -271,3 +272,90 @@ def test_fed_check_names_the_file_and_line_snakemake_does_not(tmp_path):
 def test_partition_typos_and_impossible_values_fail_before_any_job(mutate, message):
     with pytest.raises(ValueError, match=message):
         checked(mutate)
+
+
+@pytest.mark.parametrize("where, name", [("tables", "fedzda_table1"), ("figures", "fedzda_fig5")])
+def test_a_seed_listed_twice_is_rejected_before_any_job(where, name):
+    """A table or figure would count the run of a repeated seed twice in its means and tests over seeds."""
+    kind = where.removesuffix("s")
+    with pytest.raises(ValueError, match=rf"{kind} '{name}': seeds \[0, 0, 1\] list seed 0 more than once"):
+        checked(lambda c: c[where][name].update(seeds=[0, 0, 1]))
+
+
+@pytest.mark.parametrize(
+    "mutate, message",
+    [
+        (lambda c: c["presets"]["fedzda"].update(lr=float("nan")), "presets.fedzda.lr: nan is not a finite number"),
+        (lambda c: c["partitions"]["dir0.5"].update(beta=float("inf")), "partitions.dir0.5.beta: inf is not a finite"),
+        (lambda c: c["methods"]["fedprox"].update(mu=float("nan")), "methods.fedprox.mu: nan is not a finite number"),
+        (
+            lambda c: c["methods"]["fedprox"].update(protocol={"lr": float("-inf")}),
+            "methods.fedprox.protocol.lr: -inf is not a finite number",
+        ),
+    ],
+)
+def test_non_finite_numbers_are_rejected_before_any_job(mutate, message):
+    """YAML's .nan and .inf pass the schema's ranges (every comparison with NaN is false): a preset's lr of .nan
+    would diverge at round 1. An infinite method parameter stays allowed (DA-FL's ε = .inf: no noise)."""
+    with pytest.raises(ValueError, match=re.escape(message)):
+        checked(mutate)
+
+
+@pytest.mark.parametrize(
+    "overlay, message",
+    [
+        ("presets: {fedzda: {lr: 1.0e6}}", "presets.fedzda.lr: '1.0e6' is not of type 'number'"),
+        ("methods: {fedprox: {mu: 1e-2}}", "fedprox: mu='1e-2' is not float"),
+    ],
+)
+def test_a_number_yaml_reads_as_text_says_how_to_write_it(tmp_path, overlay, message):
+    """PyYAML follows YAML 1.1, where 1.0e6 and 1e-2 are strings (a float needs a dot and a signed exponent)."""
+    from fed.validate import checked_files
+
+    path = tmp_path / "overlay.yaml"
+    path.write_text(overlay + "\n")
+    written = overlay.split(": ")[-1].rstrip("}")
+    right = {"1.0e6": "1.0e+6 or 1000000.0", "1e-2": "1.0e-2 or 0.01"}[written]
+    with pytest.raises(ValueError, match=re.escape(message)) as err:
+        checked_files([path], REPO)
+    assert f"YAML reads {written} as text: write {right}" in str(err.value)
+
+
+def test_a_dirichlet_beta_too_small_for_the_clients_is_rejected_before_any_job():
+    """β → 0 gives each class to one client: 10 classes cannot fill 100 clients. The partition check says so
+    (NumPy's "repeats may not contain negative values" before the partitioner drew again when the balance mask
+    removed a class's whole draw)."""
+    with pytest.raises(ValueError, match=r"no draw gave every client >= 10 samples .* raise beta or lower min_size"):
+        checked(
+            lambda c: (
+                c["partitions"].update(tiny={"scheme": "dirichlet", "beta": 1e-6}),
+                c["tables"]["fedzda_table1"].update(partitions=["tiny"], datasets=["synthetic"]),  # 2000 samples
+            )
+        )
+
+
+def test_fed_check_of_a_missing_file_is_one_line_naming_it(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "fed.cli", "check", str(tmp_path / "missing.yaml")], capture_output=True, text=True
+    )
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1, proc.stderr
+    assert f"fed check: no config file {tmp_path / 'missing.yaml'}" in proc.stderr
+
+
+def test_fed_run_refuses_a_partition_made_for_another_number_of_clients(synthetic_root, tmp_path):
+    """A 10-client partition under a 100-client preset would train, and record num_clients: 100."""
+    import json
+
+    from fed.data.datasets import load_labels
+    from fed.data.partition import make_partition
+
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(make_partition(load_labels("synthetic", synthetic_root), "iid", 10, seed=0)))
+    out = tmp_path / "out"
+    fast = ["--set", "rounds=1", "--set", "local_epochs=1"]  # what runs today: 1 round
+    proc = run_cli(
+        "synthetic", str(part), "fedavg", "--root", str(synthetic_root), "--preset", "fedzda", "-o", str(out), *fast
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert f"partition file {part} was made for 10 clients; the settings have num_clients=100" in proc.stderr
+    assert not (out / "metrics.json").exists()

@@ -8,6 +8,7 @@ from fed.data.datasets import (
     DatasetUnavailableError,
     import_debian_fashion_mnist,
     load_dataset,
+    load_labels,
     make_synthetic,
     prepare,
 )
@@ -126,3 +127,15 @@ def test_stand_ins_have_the_flea_input_shapes(tmp_path):
         prepare(name, tmp_path, synthetic={"n_train": 24, "n_test": 6})
         data = load_dataset(name, tmp_path, "train")
         assert tuple(data.x.shape[1:]) == shape and int(data.y.max()) == classes - 1
+
+
+def test_a_truncated_dataset_file_names_it_and_the_fix(tmp_path):
+    """A tensors.pt cut short (a full disk, an interrupted copy) was a bare ``OSError: [Errno 22]`` from torch."""
+    import re
+
+    path = prepare("synthetic", tmp_path, synthetic={"n_train": 100, "n_test": 20})
+    path.write_bytes(path.read_bytes()[:1000])
+    fix = "delete it and rerun: Snakemake's prepare_data rule writes it again"
+    for load in (lambda: load_dataset("synthetic", tmp_path, "train"), lambda: load_labels("synthetic", tmp_path)):
+        with pytest.raises(DatasetUnavailableError, match=rf"{re.escape(str(path))} is unreadable .*; {fix}"):
+            load()

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from fed import checkpoint
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig
 from fed.data.datasets import load_dataset, load_labels
@@ -195,7 +196,8 @@ def test_client_state_on_disk_survives_a_torn_checkpoint(setup, tmp_path, algo):
     log = io.StringIO()
     cfg = FLConfig(**(SMALL | dict(rounds=4, checkpoint_every=1, fraction=0.5)))
     again = Engine(cfg, build_algorithm(algo), train, test, part, 0, work_dir=work, progress=log).run()
-    assert "is unreadable" in log.getvalue() and "resumed from" in log.getvalue() and "at round 3" in log.getvalue()
+    assert "is unreadable" in log.getvalue()
+    assert f"resumed from {checkpoint.previous(ckpt)} at round 3" in log.getvalue()  # the file it resumed
     assert strip(again["history"]) == strip(straight["history"])
 
 
@@ -265,3 +267,39 @@ def test_a_truncated_partition_or_warm_start_is_an_error_naming_the_file_and_the
     tuning.write_bytes(tuning.read_bytes()[:100])
     with pytest.raises(RuntimeError, match=rf"tuning stage {re.escape(str(tuning))} is unreadable .* delete it and"):
         tuned(MethodSpec("fedprox", "fedprox"), {"tuning": tuning})
+
+
+def test_a_cell_whose_partition_was_cut_short_comes_back_from_its_checkpoint_untrained(
+    setup, synthetic_root, tmp_path, monkeypatch
+):
+    """``run_cell`` reads the partition for the cell's record before ``make_engine`` does: a truncated file is the
+    same error naming it and the fix there, not a bare JSONDecodeError. Snakemake deletes a failed job's outputs;
+    once the partition is remade, the rerun comes back from the final checkpoint in the work dir, training nothing."""
+    import re
+
+    from fed import engine as engine_module
+    from fed.config import MethodSpec
+    from fed.runner import run_cell
+
+    part, out, text = tmp_path / "seed0.json", tmp_path / "out", setup[3].read_text()
+    part.write_text(text)
+
+    def cell() -> str:
+        log, cfg = io.StringIO(), FLConfig(**(SMALL | {"checkpoint_every": 1}))
+        run_cell(
+            cfg, MethodSpec("fedavg", "fedavg"), "synthetic", synthetic_root, part, 0, out, tmp_path / "w", progress=log
+        )
+        return log.getvalue()
+
+    cell()
+    first = json.loads((out / "metrics.json").read_text())
+    for name in ("metrics.json", "history.csv", "model.pt"):  # what Snakemake removes after a failed job
+        (out / name).unlink()
+    part.write_text(text[:200])
+    with pytest.raises(ValueError, match=rf"partition file {re.escape(str(part))} is not valid JSON .* delete it and"):
+        cell()
+    part.write_text(text)  # the partition rule remakes it (deterministic)
+    monkeypatch.setattr(engine_module, "run_round", lambda *args: pytest.fail("a round was trained again"))
+    assert f"at round {SMALL['rounds']}" in cell()
+    again = json.loads((out / "metrics.json").read_text())
+    assert again["history"] == first["history"] and (out / "model.pt").exists()

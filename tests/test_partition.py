@@ -164,6 +164,15 @@ def test_dirichlet_min_size_and_skew():
         make_partition(LABELS, "dirichlet", 20, seed=0, beta=0.0)
 
 
+def test_dirichlet_tiny_beta_gives_each_class_to_one_client():
+    """β → 0 puts a class's whole draw on one client; where the balance mask had already closed that client, the
+    draw was divided by zero (NumPy: "repeats may not contain negative values"). The class is drawn again instead,
+    which changes no partition that could be made before (those draws never reached the division)."""
+    part = make_partition(LABELS, "dirichlet", 10, seed=0, beta=1e-6)
+    assert sorted(len(c) for c in classes_of(part)) == [1] * 10  # 600 samples close a client: one class each
+    assert sorted(set.union(*classes_of(part))) == list(range(10))
+
+
 def test_local_split_is_stratified_80_20():
     part = make_partition(LABELS, "unimodal", 20, seed=0, local_test_fraction=0.2)
     for c in part["clients"]:

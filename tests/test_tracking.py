@@ -77,6 +77,19 @@ def test_a_failing_job_is_marked_failed_with_the_rounds_it_finished(cell, monkey
     assert again.info.run_id == only.info.run_id and again.info.status == "FINISHED"
 
 
+def test_a_torn_checkpoint_logs_no_round_twice(cell):
+    """A truncated final checkpoint falls back to the one before it (fed.checkpoint): the rerun trains round 3 again
+    and continues the cell's run, which already has round 3; it logs only the rounds after the last one logged."""
+    run, runs, client, tmp_path = cell
+    run()
+    ckpt = tmp_path / "work" / "checkpoint.pt"
+    ckpt.write_bytes(ckpt.read_bytes()[:100])
+    run()
+    (only,) = runs()
+    assert only.info.status == "FINISHED"
+    assert [m.step for m in client.get_metric_history(only.info.run_id, "global_acc")] == [1, 2, 3]
+
+
 def test_batch_logging_makes_the_run_a_live_job_makes_once_per_cell(cell, tmp_path):
     """tracking_mode: batch — the training job writes its files only; log_finished then makes the run a live job
     would have made (params, tags, one step per round, last/best), once: a second call adds nothing, nor does a

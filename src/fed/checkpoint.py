@@ -45,11 +45,17 @@ def previous(path: Path) -> Path:
 
 def load(path: Path, device: torch.device | str, warn: Callable[[str], None]) -> dict[str, Any] | None:
     """The newest readable checkpoint at ``path`` (or its predecessor); None if there is none."""
+    found = newest(path, device, warn)
+    return found[1] if found else None
+
+
+def newest(path: Path, device: torch.device | str, warn: Callable[[str], None]) -> tuple[Path, dict[str, Any]] | None:
+    """``load``, with the file it read: ``path`` or, where that is unreadable, its predecessor."""
     for candidate in (path, previous(path)):
         if not candidate.exists():
             continue
         try:
-            return torch.load(candidate, weights_only=True, map_location=device)
+            return candidate, torch.load(candidate, weights_only=True, map_location=device)
         except Exception as err:
             warn(f"checkpoint {candidate} is unreadable ({type(err).__name__}: {err}); trying an earlier one")
     return None

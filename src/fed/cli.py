@@ -74,6 +74,8 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.out).write_text(json.dumps(part))
     else:
         from fed.config import FLConfig, MethodSpec
+        from fed.data.datasets import DatasetUnavailableError
+        from fed.data.partition import PartitionError
         from fed.runner import run_cell
         from fed.validate import parameter_errors
 
@@ -87,17 +89,20 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             ap.error(str(err))
         method = MethodSpec(args.method, args.method, _kv(args.param))
-        rec = run_cell(
-            cfg,
-            method,
-            args.dataset,
-            args.root,
-            args.partition_file,
-            args.seed,
-            args.out,
-            work_dir=Path(args.out) / "work",
-            threads=args.threads,
-        )
+        try:
+            rec = run_cell(
+                cfg,
+                method,
+                args.dataset,
+                args.root,
+                args.partition_file,
+                args.seed,
+                args.out,
+                work_dir=Path(args.out) / "work",
+                threads=args.threads,
+            )
+        except (PartitionError, DatasetUnavailableError) as err:  # inputs it cannot use, before any round
+            ap.error(str(err))
         print(json.dumps(rec["last"] | {"diverged": rec["diverged"]}, default=str))
 
 

@@ -158,16 +158,17 @@ class Engine:
         self._previous_round = 0
         if not self.checkpoint_path:
             return False
-        ckpt = checkpoint.load(self.checkpoint_path, self.ctx.device, self._log)
-        if ckpt is None:
+        found = checkpoint.newest(self.checkpoint_path, self.ctx.device, self._log)
+        if found is None:
             return False
+        path, ckpt = found
         if ckpt["fingerprint"] != self.fingerprint():
-            self._log(f"not resuming {self.checkpoint_path}: it belongs to other settings, data or code")
+            self._log(f"not resuming {path}: it belongs to other settings, data or code")
             return False
         self._load(ckpt)
         self.algorithm.load_state_dict(ckpt["algorithm"])
         self.wall_before = ckpt.get("wall_seconds", 0.0)
-        self._log(f"resumed from {self.checkpoint_path} at round {self.ctx.round}")
+        self._log(f"resumed from {path} at round {self.ctx.round}")
         return True
 
     @property

@@ -24,12 +24,15 @@ import copy
 import itertools
 import json
 import sys
+import zipfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from fed.algorithms import ALGORITHMS, build_algorithm
 from fed.config import FLConfig, MethodSpec, resolve_preset, sweep_variants
+from fed.data.datasets import cache_error
+from fed.data.partition import read_partition
 from fed.reference import stale_reasons
 from fed.reporting.claims import claim_sources as claim_source_names
 from fed.reporting.figure_kinds import FIGURE_KINDS, cell
@@ -196,13 +199,26 @@ class Grid:
             self._current[key] = self._reference_is_current(*key)
         return self._current[key]
 
+    def reference_path(self, preset, dataset, partition, method, seed) -> Path:
+        return Path(self.reference) / f"runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/metrics.json"
+
+    @staticmethod
+    def committed_record(path: Path) -> dict[str, Any]:
+        """A committed cell's metrics.json; one cut short is an error naming it and the fix."""
+        try:
+            return json.loads(path.read_text())
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise ValueError(
+                f"committed cell {path} is not valid JSON ({err}); restore it from git: git checkout -- {path}"
+            ) from None
+
     def _reference_is_current(self, preset, dataset, partition, method, seed) -> bool:
-        path = Path(self.reference) / f"runs/{preset}/{dataset}/{partition}/{method}/seed{seed}/metrics.json"
+        path = self.reference_path(preset, dataset, partition, method, seed)
         if not path.exists():
             return False
         spec = MethodSpec.from_config(method, self.config["methods"][method])
         reasons = stale_reasons(
-            json.loads(path.read_text()),
+            self.committed_record(path),
             FLConfig.from_preset(self.preset(preset), dataset, preset).with_protocol(spec.protocol).to_dict(),
             spec.algorithm,
             spec.params,
@@ -282,6 +298,34 @@ class Grid:
         until = min(self.method_algorithm(method).fedavg_until, self.preset(key[0])["rounds"])
         prefixes = [s for s in self.stages[key].values() if s.kind == "fedavg_prefix" and s.param("rounds") < until]
         return {"warm": max(prefixes, key=lambda s: s.param("rounds"))} if prefixes else {}
+
+    def unreadable_inputs(self) -> list[str]:
+        """Files the plan reads that exist but cannot be read — a committed cell, a partition, a prepared dataset or
+        a stage's output cut short (an interrupted copy, a full disk) —, each with its fix. The workflow stops on them
+        before any job: a train job that failed on one would have Snakemake delete the outputs it was to remake."""
+        errors = []
+        for key in self.cell_paper:
+            if self.reference and (path := self.reference_path(*key)).exists():
+                try:
+                    self.committed_record(path)
+                except ValueError as err:
+                    errors.append(str(err))
+        keys = {(p, d, part, s) for p, d, part, _, s in self.cell_paper} | set(self.stages)
+        for path in sorted({self.partition_path(*key) for key in keys}):
+            if Path(path).exists():
+                try:
+                    read_partition(path)
+                except ValueError as err:
+                    errors.append(str(err))
+        for dataset in sorted({key[1] for key in keys}):
+            if error := cache_error(dataset, self.data):
+                errors.append(error)
+        for key, stages in self.stages.items():  # torch.save's zip archives: a file cut short lacks the archive's end
+            for path in map(Path, sorted(self.stage_path(*key, stage) for stage in stages.values())):
+                if path.exists() and not zipfile.is_zipfile(path):
+                    fix = "delete it and rerun, Snakemake recomputes it"
+                    errors.append(f"stage output {path} is cut short (no complete archive); {fix}")
+        return errors
 
     # --- inputs of the rules ------------------------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import info as dataset_info
 from fed.data.datasets import load_dataset
-from fed.data.partition import validation_split
+from fed.data.partition import PartitionError, num_clients_for_avg_size, read_partition, validation_split
 from fed.dpgan import PSGSettings, to_gan_space, train_psg
 from fed.engine import Engine
 from fed.metrics import LOWER_IS_BETTER, VALIDATION_METRICS
@@ -48,12 +48,8 @@ def make_engine(
     torch.set_num_threads(threads)
     train = load_dataset(dataset, data_root, "train")
     test = load_dataset(dataset, data_root, "test")
-    try:
-        partition = json.loads(Path(partition_file).read_text())
-    except json.JSONDecodeError as err:
-        raise ValueError(
-            f"partition file {partition_file} is not valid JSON ({err}); delete it and rerun, Snakemake recomputes it"
-        ) from None
+    partition = read_partition(partition_file)
+    check_clients(cfg, partition, partition_file, len(train.y))
     if validation_fraction:
         partition = validation_split(partition, train.y.cpu().numpy(), validation_fraction, seed)
     return Engine(
@@ -70,8 +66,23 @@ def make_engine(
 
 def partition_spec(partition_file: str | Path) -> dict:
     """The scheme and parameters a partition file was made with."""
-    part = json.loads(Path(partition_file).read_text())
+    part = read_partition(partition_file)
     return {k: part[k] for k in ("scheme", "params", "num_clients", "local_test_fraction") if k in part}
+
+
+def check_clients(cfg: FLConfig, partition: dict, partition_file: str | Path, num_samples: int) -> None:
+    """A partition made for as many clients as the settings have (``fed run`` with another preset's file would
+    train on it and record the preset's number); a partition that does not say (made by hand) is taken as it is."""
+    made = partition.get("num_clients")
+    expected = (
+        cfg.num_clients if cfg.avg_client_size is None else num_clients_for_avg_size(num_samples, cfg.avg_client_size)
+    )
+    if made is not None and made != expected:
+        have = f"num_clients={expected}" + (f" (avg_client_size={cfg.avg_client_size})" if cfg.avg_client_size else "")
+        raise PartitionError(
+            f"partition file {partition_file} was made for {made} clients; the settings have {have}: make the "
+            f"partition for {expected} clients (fed partition --clients {expected}) or set num_clients={made}"
+        )
 
 
 def cell_label(dataset: str, partition_file: str | Path, method: MethodSpec, seed: int) -> str:

@@ -136,12 +136,15 @@ class LiveRun:
     ``start(identity, resumed)``: a job that resumes a checkpoint continues the run of the same identity (the
     tag ``fed.identity``) — also one a kill left RUNNING; a job that starts from scratch replaces an earlier run
     of that identity (deleted, so re-executions never duplicate). Rounds are logged as they finish (step =
-    round); ``finish`` logs the summary and artifacts and ends FINISHED, ``fail`` ends FAILED.
+    round), a continued run's only after the last round it has (a resume from the checkpoint before an unreadable
+    one, or from before a kill that came between a round's logging and its checkpoint, trains rounds again);
+    ``finish`` logs the summary and artifacts and ends FINISHED, ``fail`` ends FAILED.
     """
 
     def __init__(self, uri: str, experiment: str, run_name: str, params: dict[str, Any], tags: dict[str, str]):
         self.uri, self.experiment, self.run_name, self.params, self.tags = uri, experiment, run_name, params, tags
         self.run_id: str | None = None
+        self.logged = 0  # the last round the run has
 
     def start(self, identity: str, resumed: bool) -> str:
         from mlflow.entities import Param
@@ -151,8 +154,10 @@ class LiveRun:
             exp_id = ensure_experiment(client, self.uri, self.experiment)
             old = client.search_runs([exp_id], filter_string=f"tags.`fed.identity` = '{identity}'")
             if resumed and old:
-                client.update_run(old[0].info.run_id, status="RUNNING")
-                return old[0].info.run_id
+                rid = old[0].info.run_id
+                client.update_run(rid, status="RUNNING")
+                self.logged = max((m.step for m in client.get_metric_history(rid, "seconds")), default=0)
+                return rid
             for run in old:
                 client.delete_run(run.info.run_id)
             rid = client.create_run(
@@ -167,6 +172,8 @@ class LiveRun:
         return self.run_id
 
     def log_round(self, row: dict[str, Any]) -> None:
+        if int(row["round"]) <= self.logged:  # trained again after a resume from an earlier checkpoint
+            return
         retry(lambda: _client(self.uri).log_batch(self.run_id, metrics=_metrics(row, int(row["round"]))))
 
     def log_rounds(self, rows: list[dict[str, Any]]) -> None:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import inspect
+import math
 import re
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ PAPER_KEYS = ("paper_method", "paper_dataset", "paper_partition", "paper_where")
 
 def check_config(config: dict[str, Any]) -> list[str]:
     """Cross-check a schema-valid workflow config; returns warnings, raises ValueError listing every error."""
-    errors: list[str] = []
+    errors: list[str] = nonfinite_errors(config)
     warnings: list[str] = []
     methods = config.get("methods", {})
     partitions = config.get("partitions", {})
@@ -67,6 +68,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
         where = f"table {ename!r}"
         errors += [f"{where}: {e}" for e in preset_errors(presets, exp["preset"], exp["datasets"])]
         errors += [f"{where}: {e}" for e in split_errors(config, exp)]
+        errors += [f"{where}: {e}" for e in seed_errors(exp["seeds"])]
         layout = exp.get("layout", "paper")
         if layout not in LAYOUTS:
             errors.append(f"{where}: unknown layout {layout!r}; valid choices: {list(LAYOUTS)}")
@@ -103,6 +105,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
             elif exp["preset"] in presets:
                 errors += [f"{where}: {e}" for e in cell_errors(m, methods[m], presets, exp["preset"])]
     for fname, fig in config.get("figures", {}).items():
+        errors += [f"figure {fname!r}: {e}" for e in seed_errors(fig.get("seeds", []))]
         errors += figure_errors(fname, fig, config)
     for pname, plot in config.get("partition_plots", {}).items():
         for key, known in (("preset", presets), ("dataset", DATASETS), ("partition", config.get("partitions", {}))):
@@ -134,8 +137,46 @@ def check_config(config: dict[str, Any]) -> list[str]:
     if not errors:
         errors += partition_errors(config)
     if errors:
-        raise ValueError("invalid config:\n  - " + "\n  - ".join(dict.fromkeys(errors)))
+        raise ValueError("invalid config:\n  - " + "\n  - ".join(number_hint(e) for e in dict.fromkeys(errors)))
     return warnings
+
+
+def seed_errors(seeds: list[int]) -> list[str]:
+    """Each seed is one run: listed twice, its run would count twice in every mean and test over seeds."""
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if not twice:
+        return []
+    return [f"seeds {seeds} list seed {', '.join(map(str, twice))} more than once; list each seed once"]
+
+
+def nonfinite_errors(value: Any, key: str = "") -> list[str]:
+    """NaN anywhere, ±inf outside a method's own parameters (DA-FL's ``epsilon: .inf``: no noise) and claims: YAML's
+    .nan and .inf pass the schema's ranges (a comparison with NaN is false), and a preset's ``lr: .nan`` diverges at
+    round 1."""
+    if isinstance(value, dict):
+        return [e for k, v in value.items() for e in nonfinite_errors(v, f"{key}.{k}" if key else str(k))]
+    if isinstance(value, list):
+        return [e for i, v in enumerate(value) for e in nonfinite_errors(v, f"{key}[{i}]")]
+    if not isinstance(value, float) or math.isfinite(value):
+        return []
+    parts = key.split(".")
+    if math.isinf(value) and parts[0] in ("methods", "claims") and "protocol" not in parts:
+        return []
+    return [f"{key}: {value} is not a finite number"]
+
+
+def number_hint(message: str) -> str:
+    """``message`` with how to write the number it quotes as text: PyYAML reads YAML 1.1, where a float needs a dot
+    and a signed exponent (``1.0e6`` and ``1e-2`` are strings, ``1.0e+6`` and ``1.0e-2`` numbers)."""
+    found = re.search(r"'([-+]?(?:\d+\.?\d*|\.\d+)[eE]([-+]?)(\d+))' is not", message)
+    if not found:
+        return message
+    text, sign, digits = found.groups()
+    mantissa = text[: -len(sign + digits) - 1]
+    mantissa += "" if "." in mantissa else ".0"
+    plain = repr(float(text))
+    right = f"{mantissa}e{sign or '+'}{digits}" + ("" if "e" in plain else f" or {plain}")
+    return f"{message} (YAML reads {text} as text: write {right})"
 
 
 def leaderboard_errors(table: dict[str, Any]) -> list[str]:
@@ -338,7 +379,7 @@ def checked_config(config: dict[str, Any], repo: str | Path) -> tuple[dict[str, 
 
     repo = Path(repo)
     merged = with_papers(copy.deepcopy(config), repo / "config" / "papers")  # the caller's config stays as it is
-    for key in ("download", "warm_start"):  # --config download=false arrives as the string "false"
+    for key in ("download", "warm_start", "retrain"):  # --config download=false arrives as the string "false"
         if str(merged.get(key)).lower() in ("true", "false"):
             merged[key] = str(merged[key]).lower() == "true"
     try:
@@ -357,6 +398,8 @@ def checked_files(overlays: list[str | Path], repo: str | Path) -> tuple[dict[st
 
     config = load_yaml(Path(repo) / "config.yaml")
     for path in overlays:
+        if not Path(path).is_file():
+            raise ValueError(f"no config file {path} (overlays are files, as for snakemake --configfile)")
         update_config(config, load_yaml(path))
     return checked_config(config, repo)
 
@@ -367,4 +410,4 @@ def schema_error(err: Exception) -> str:
     what = re.search(r"ValidationError: (.*)", text)
     where = re.search(r"On instance((?:\[[^\]]*\])*):", text)
     key = ".".join(re.findall(r"\['?([^\]']*)'?\]", where[1])) if where and where[1] else "config"
-    return f"{key}: {what[1] if what else text.strip().splitlines()[-1]}"
+    return number_hint(f"{key}: {what[1] if what else text.strip().splitlines()[-1]}")

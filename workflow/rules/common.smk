@@ -21,6 +21,13 @@ except ValueError as _err:
 for _warning in _warnings:
     print(f"fedrepro: {_warning}", file=sys.stderr)
 GRID = Grid(_config, root=workflow.basedir)
+# inputs cut short stop the plan before any job: Snakemake deletes the outputs of a job that fails on one (checked
+# by the main process only: a cluster job's own parse could meet a stage output another job is writing)
+_unreadable = GRID.unreadable_inputs() if workflow.is_main_process else []
+if _unreadable:
+    raise WorkflowError(
+        "fedrepro: unreadable inputs:\n  - " + "\n  - ".join(_unreadable)
+    )
 # the merged config, with the sweep and figure variants under `methods`
 CONFIG = GRID.config
 DATA, RESULTS, REPORTS = GRID.data, GRID.results, GRID.reports

@@ -1,5 +1,6 @@
 """Train one cell; progress (rounds, ETA) goes to the rule's log."""
 
+import shutil
 import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
@@ -13,6 +14,10 @@ tracking = dict(p.tracking)
 tracking["tags"] = dict(tracking["tags"], git_commit=git_commit(snakemake.scriptdir))
 # from the config, not a param: switching the mode must not rerun the cells (a changed param would)
 tracking["live"] = snakemake.config["tracking_mode"] == "live"
+# --config retrain=true (a string there): start from round 0; by default a job resumes its checkpoint, also the final
+# one (a failed job's outputs come back without training), so --forcerun alone would recompute nothing
+if str(snakemake.config.get("retrain", False)).lower() == "true":
+    shutil.rmtree(p.work_dir, ignore_errors=True)
 with open(snakemake.log[0], "w") as log:
     run_cell(
         FLConfig.from_preset(p.preset, w.dataset),

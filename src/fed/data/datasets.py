@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import shutil
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,13 +178,38 @@ def prepare(name: str, root: str | Path, download: bool = True, synthetic: dict 
     return out
 
 
-def load_dataset(name: str, root: str | Path, split: str, device: str | torch.device = "cpu") -> TensorDataset:
-    """Load a prepared dataset split as normalised float tensors."""
-    meta = info(name)
+def load_cache(name: str, root: str | Path) -> dict[str, torch.Tensor]:
+    """The tensors ``prepare`` wrote; a missing or unreadable file is an error naming it and the fix."""
     path = cache_path(root, name)
     if not path.exists():
         raise DatasetUnavailableError(f"{name} is not prepared: {path} is missing (run the prepare_data rule)")
-    arrays = torch.load(path, weights_only=True)
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception as err:
+        raise DatasetUnavailableError(cache_unreadable(name, root, f"{type(err).__name__}: {err}")) from None
+
+
+def cache_unreadable(name: str, root: str | Path, why: str) -> str:
+    """The error of a prepared dataset that cannot be read, with the fix (the raw downloads stay where they are)."""
+    return (
+        f"{cache_path(root, name)} is unreadable ({why}); delete it and rerun: Snakemake's prepare_data rule writes "
+        "it again (without Snakemake: fed prepare)"
+    )
+
+
+def cache_error(name: str, root: str | Path) -> str | None:
+    """Why a prepared dataset that exists cannot be read, cheaply: a file cut short (a copy, a full disk) lacks the
+    end of its zip archive (``torch.save``'s format). None for a complete or missing one."""
+    path = cache_path(root, name)
+    if path.exists() and not zipfile.is_zipfile(path):
+        return cache_unreadable(name, root, "not a complete torch.save archive: cut short?")
+    return None
+
+
+def load_dataset(name: str, root: str | Path, split: str, device: str | torch.device = "cpu") -> TensorDataset:
+    """Load a prepared dataset split as normalised float tensors."""
+    meta = info(name)
+    arrays = load_cache(name, root)
     raw = arrays[f"x_{split}"]
     x = raw.to(device=device, dtype=torch.float32)
     if raw.dtype == torch.uint8:  # images: the dataset's published channel statistics
@@ -200,7 +226,7 @@ def load_dataset(name: str, root: str | Path, split: str, device: str | torch.de
 
 
 def load_labels(name: str, root: str | Path, split: str = "train") -> np.ndarray:
-    return torch.load(cache_path(root, name), weights_only=True)[f"y_{split}"].numpy()
+    return load_cache(name, root)[f"y_{split}"].numpy()
 
 
 def make_synthetic(

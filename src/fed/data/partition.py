@@ -7,7 +7,9 @@ JSON-serialisable record that the ``partition`` rule saves and every method of a
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -149,7 +151,8 @@ def dirichlet(
     max_tries: int = 1000,
 ) -> list[np.ndarray]:
     """NIID-Bench ``noniid-labeldir``: per class p ~ Dir(beta), with the balance mask (a client that already
-    holds N/num_clients samples gets no more), redrawn until every client has at least ``min_size`` samples."""
+    holds N/num_clients samples gets no more), redrawn until every client has at least ``min_size`` samples. A
+    class whose whole draw falls on clients the mask has closed (a tiny beta puts it all on one) is drawn again."""
     if beta <= 0:
         raise ValueError(f"dirichlet: beta must be > 0, got {beta}")
     n = len(labels)
@@ -159,6 +162,8 @@ def dirichlet(
         for c in np.unique(labels):
             idx = rng.permutation(np.flatnonzero(labels == c))
             p = rng.dirichlet(np.full(num_clients, beta))
+            while not (p * (sizes < n / num_clients)).any():  # some client is open: fewer than n samples are dealt
+                p = rng.dirichlet(np.full(num_clients, beta))
             p = p * (sizes < n / num_clients)
             p = p / p.sum()
             cuts = (np.cumsum(p) * len(idx)).astype(int)[:-1]
@@ -170,7 +175,25 @@ def dirichlet(
             members, owners = np.concatenate(members), np.concatenate(owners)
             order = np.lexsort((members, owners))  # by client, then by sample index
             return [part.astype(np.int64) for part in np.split(members[order], np.cumsum(sizes)[:-1])]
-    raise ValueError(f"dirichlet: no draw gave every client >= {min_size} samples in {max_tries} tries")
+    raise ValueError(
+        f"dirichlet: no draw gave every client >= {min_size} samples in {max_tries} tries (beta={beta} over "
+        f"{num_clients} clients: the smaller beta, the fewer clients share a class); raise beta or lower min_size"
+    )
+
+
+class PartitionError(ValueError):
+    """A partition file that a run cannot use: unreadable, or made for other settings."""
+
+
+def read_partition(path: str | Path) -> dict:
+    """A partition file as ``make_partition`` wrote it; one cut short (a copy, a full disk) is an error naming it and
+    the fix."""
+    try:
+        return json.loads(Path(path).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise PartitionError(
+            f"partition file {path} is not valid JSON ({err}); delete it and rerun, Snakemake recomputes it"
+        ) from None
 
 
 def num_clients_for_avg_size(num_samples: int, avg_client_size: int) -> int:

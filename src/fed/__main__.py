@@ -1,0 +1,5 @@
+"""``python -m fed``: the ``fed`` command line."""
+
+from fed.cli import main
+
+main()
