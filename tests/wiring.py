@@ -42,6 +42,7 @@ CFG = FLConfig(
     model="wiring_mlp",
     device="cpu",
     channels_last=False,
+    vectorise=True,  # methods on the batched path (fed.batched) train their clients together here
 )
 
 

@@ -34,6 +34,9 @@ class FLConfig:
     report: str = "last"  # protocol the tables apply: "last" round or "best" round
     device: str = "auto"
     channels_last: bool = True
+    # a round's clients train as one batched computation where the method allows it (fed.batched; the same numbers
+    # to rounding); false: one after another
+    vectorise: bool = False
     reduction: str = ""  # how this preset departs from the paper's stated protocol; its cells are "not comparable"
     note: str = ""  # settings the paper leaves open that this preset fixes (e.g. a ZSDG budget); shown in captions
 

@@ -29,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from fed.batched import BatchedRound, Request
 from fed.client_store import ClientStore
 from fed.config import FLConfig
 from fed.data.datasets import TensorDataset
@@ -71,6 +72,7 @@ class Context:
         self.model = self.new_model()
         self.global_state: State = state_copy(self.model)
         self._global_model: tuple[int, nn.Module] | None = None
+        self.batched: BatchedRound | None = None  # set by run_round while the round's clients train together
 
     # ---------------------------------------------------------------- random streams
     def seed_int(self, purpose: str, *keys: int) -> int:
@@ -147,10 +149,18 @@ class Context:
         epochs: int | None = None,
         lr: float | None = None,
         after_step: Callable[[], None] | None = None,
+        objective: tuple[Any, Any] | None = None,
     ) -> LocalStats:
         """Mini-batch SGD with the preset's optimiser settings (``epochs``/``lr`` override them); ``after_step`` runs
-        after each optimiser step."""
-        return local_sgd(model, x, y, loss_fn, generator, self.sgd_settings(epochs, lr), after_step)
+        after each optimiser step. ``objective``: (method, LocalContext) when ``loss_fn`` is the method's
+        ``local_loss`` (``after_step`` its hook): in a batched round (``fed.batched``) the client then waits and
+        trains together with the round's other clients."""
+        s = self.sgd_settings(epochs, lr)
+        if objective is not None and self.batched is not None:
+            request = Request(model, state_copy(model), x, y, generator, s, *objective, after_step is not None)
+            if (stats := self.batched.defer(request)) is not None:
+                return stats
+        return local_sgd(model, x, y, loss_fn, generator, s, after_step)
 
     def loss_of(self, state: State, x: torch.Tensor, y: torch.Tensor) -> float:
         self.model.load_state_dict(state)

@@ -8,8 +8,9 @@ import math
 from typing import Any
 
 # settings that change no number of a cell: labels, where checkpoints go and how often, and which round a table
-# reports (every metrics.json holds both the last and the best round)
-NEUTRAL = {"note", "reduction", "checkpoint_every", "device", "report"}
+# reports (every metrics.json holds both the last and the best round); the device and the batched path change
+# rounding only, like the CPU (the cell records them: machine, batched_clients)
+NEUTRAL = {"note", "reduction", "checkpoint_every", "device", "report", "vectorise"}
 
 
 def json_safe(value: Any) -> Any:

@@ -58,6 +58,9 @@ class Algorithm:
     # Rounds before this one are exactly FedAvg (same updates, same random streams), so a run may warm-start
     # from a FedAvg checkpoint taken before it (start-round ablations).
     fedavg_until: float = 1
+    # Its clients may train as one batched computation (``vectorise: true``, fed.batched): set once the method's
+    # batched and looped rounds are shown equal (tests/test_batched.py)
+    vectorise: bool = False
 
     def extra_modules(self, model: nn.Module, input_shape: tuple[int, ...]) -> dict[str, nn.Module]:
         """Trainable modules this method adds to every model (``model.extras``); aggregated like the rest."""
@@ -100,6 +103,7 @@ class Algorithm:
             lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
             ctx.rng("shuffle", ctx.round, client),
             after_step=(lambda: self.after_step(model, local, ctx)) if overridden else None,
+            objective=(self, local),
         )
         return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
 

@@ -48,6 +48,7 @@ def combine_statistics(parts: list[tuple[int, torch.Tensor, torch.Tensor]]) -> t
 
 class CCVR(Algorithm):
     name = "ccvr"
+    vectorise = True
 
     def __init__(
         self,

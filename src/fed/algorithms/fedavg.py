@@ -8,3 +8,4 @@ from fed.algorithms.base import Algorithm
 class FedAvg(Algorithm):
     name = "fedavg"
     fedavg_until = math.inf
+    vectorise = True

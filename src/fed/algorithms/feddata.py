@@ -13,6 +13,7 @@ from fed.sharing import share_subset
 
 class FedData(Algorithm):
     name = "feddata"
+    vectorise = True
 
     def __init__(self, share_fraction: float = 0.1, own_share: bool = True):
         if not 0 < share_fraction <= 1:

@@ -36,6 +36,7 @@ def decorrelation_loss(z: torch.Tensor, form: str = "code", eps: float = 1e-8) -
 
 class FedDecorr(Algorithm):
     name = "feddecorr"
+    vectorise = True
 
     def __init__(self, beta: float = 0.1, form: str = "code"):
         if form not in ("code", "paper"):

@@ -21,6 +21,7 @@ def calibrated_logits(logits: torch.Tensor, counts: torch.Tensor, tau: float, ab
 
 class FedLC(Algorithm):
     name = "fedlc"
+    vectorise = True
 
     def __init__(self, tau: float = 1.0, absent: str = "floor"):
         if absent not in ABSENT:

@@ -35,6 +35,7 @@ def fednova_update(
 
 class FedNova(Algorithm):
     name = "fednova"
+    vectorise = True
 
     def aggregate(self, ctx, results) -> State:
         sizes = [r.num_samples for r in results]

@@ -14,8 +14,8 @@ from fed.algorithms.base import Algorithm
 
 def not_true(logits: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """The logits without the true class's column: (B, C) → (B, C − 1)."""
-    keep = torch.ones_like(logits, dtype=torch.bool).scatter_(1, y[:, None], False)
-    return logits[keep].view(len(y), -1)
+    others = torch.arange(logits.shape[1] - 1, device=y.device).expand(len(y), -1)
+    return logits.gather(1, others + (others >= y[:, None]))  # columns 0..C-1 but y, in order (vmap: no mask)
 
 
 def not_true_distillation(local_logits, global_logits, y, tau: float) -> torch.Tensor:
@@ -26,6 +26,7 @@ def not_true_distillation(local_logits, global_logits, y, tau: float) -> torch.T
 
 class FedNTD(Algorithm):
     name = "fedntd"
+    vectorise = True
 
     def __init__(self, beta: float = 1.0, tau: float = 1.0):
         self.beta, self.tau = beta, tau

@@ -5,6 +5,7 @@ from fed.algorithms.base import Algorithm
 
 class FedProx(Algorithm):
     name = "fedprox"
+    vectorise = True
 
     def __init__(self, mu: float = 0.01):
         self.mu = mu

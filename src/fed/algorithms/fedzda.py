@@ -73,6 +73,7 @@ class FedZDAC(_ZeroShotAugmentation):
     as fast (benchmarks/zsdg_time.py, docs/results.md)."""
 
     name = "fedzdac"
+    vectorise = True
 
     def __init__(self, start_round: int = 1, zsdg: dict | None = None, batch_clients: bool | str = "auto"):
         super().__init__(start_round, zsdg)
@@ -106,6 +107,7 @@ class FedZDAC(_ZeroShotAugmentation):
 
 class FedZDAS(_ZeroShotAugmentation):
     name = "fedzdas"
+    vectorise = True
 
     def __init__(
         self,

@@ -19,6 +19,7 @@ EPS = 1e-10  # fair_flearn adds 1e-10 to the loss
 
 class QFFL(Algorithm):
     name = "qffl"
+    vectorise = True
 
     def __init__(self, q: float = 1.0, lipschitz: float | None = None):
         if q < 0:

@@ -29,6 +29,7 @@ def control_variate_update(
 
 class Scaffold(Algorithm):
     name = "scaffold"
+    vectorise = True
 
     def __init__(self, global_lr: float = 1.0, correction: str = "after_step"):
         if correction not in ("after_step", "in_loss"):

@@ -1,0 +1,104 @@
+"""Seconds per round, the clients trained one after another (the loop) against together (``vectorise: true``,
+fed.batched), alternating in one process on one thread, for two protocols on Fashion-MNIST (or synthetic data of
+its shape where it is not prepared):
+
+- ``fedzda``: Fed-ZDA's round — 10 of 100 unimodal clients, E = 5, B = 10, lr 0.02, its CNN (cnn_mnist);
+- ``dafl``: DA-FL's round — all 10 clients of a Dir(0.05) partition, all their data, B = 32, momentum 0.5, its CNN
+  (cnn_dafl); ``--dafl-epochs`` (default 1 of the protocol's 5: the seconds scale with it).
+
+    python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl]
+
+Prints a row per protocol (seconds looped, batched, their ratio, and the largest difference of the two global
+models after the same rounds: float32 rounding) and, last, ``speedup_fedzda=<x> speedup_dafl=<y>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import torch
+
+from fed.algorithms import build_algorithm
+from fed.config import FLConfig
+from fed.data.datasets import DatasetUnavailableError, cache_path, load_dataset, load_labels, prepare
+from fed.data.partition import make_partition
+from fed.engine import Engine
+from fed.rounds import run_round
+
+PROTOCOLS = {
+    "fedzda": (
+        dict(num_clients=100, fraction=0.1, local_epochs=5, batch_size=10, lr=0.02, model="cnn_mnist"),
+        ("unimodal", {}),
+    ),
+    "dafl": (
+        dict(
+            num_clients=10,
+            fraction=1.0,
+            local_epochs=1,
+            batch_size=32,
+            lr=0.01,
+            momentum=0.5,
+            model="cnn_dafl",
+            aggregation="weighted",
+            local_test_fraction=0.1,
+        ),
+        ("dirichlet", {"beta": 0.05}),
+    ),  # fmt: skip
+}
+
+
+def dataset(root: str) -> str:
+    """Fashion-MNIST when prepared or importable offline, else synthetic data of its shape."""
+    try:
+        if not cache_path(root, "fmnist").exists():
+            prepare("fmnist", root, download=False)
+        return "fmnist"
+    except DatasetUnavailableError:
+        prepare("synthetic", root, synthetic={"n_train": 60000, "n_test": 1000})
+        return "synthetic"
+
+
+def engine(name: str, root: str, cfg: dict, scheme: tuple, vectorise: bool) -> Engine:
+    part = make_partition(load_labels(name, root), scheme[0], cfg["num_clients"], seed=0, **scheme[1])
+    train, test = load_dataset(name, root, "train"), load_dataset(name, root, "test")
+    config = FLConfig(**cfg, rounds=100, channels_last=False, vectorise=vectorise, device="cpu")
+    return Engine(config, build_algorithm("fedavg"), train, test, part, seed=0, progress=None)
+
+
+def measure(name: str, root: str, protocol: str, rounds: int, epochs: int | None) -> tuple[float, float, float]:
+    cfg, scheme = PROTOCOLS[protocol]
+    cfg = cfg | ({"local_epochs": epochs} if epochs else {})
+    loop, batched = engine(name, root, cfg, scheme, False), engine(name, root, cfg, scheme, True)
+    times = {False: [], True: []}
+    for _ in range(rounds):  # alternate, so that a change of load touches both
+        for e in (loop, batched):
+            t0 = time.perf_counter()
+            run_round(e.ctx, e.algorithm)
+            times[e.cfg.vectorise].append(time.perf_counter() - t0)
+    diff = max((loop.global_state[k].float() - batched.global_state[k].float()).abs().max().item()
+               for k in loop.global_state)  # fmt: skip
+    return min(times[False]), min(times[True]), diff
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--data-root", default="data")
+    ap.add_argument("--dafl-epochs", type=int, default=1)
+    ap.add_argument("--only", choices=sorted(PROTOCOLS))
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    name = dataset(args.data_root)
+    speedups = {}
+    for protocol in [args.only] if args.only else PROTOCOLS:
+        epochs = args.dafl_epochs if protocol == "dafl" else None
+        loop, batched, diff = measure(name, args.data_root, protocol, args.rounds, epochs)
+        speedups[protocol] = loop / batched
+        print(f"{protocol} ({name}): looped {loop:.2f} s, batched {batched:.2f} s a round, "
+              f"{loop / batched:.2f}x; global models differ by at most {diff:.1e}", flush=True)  # fmt: skip
+    print(" ".join(f"speedup_{p}={s:.2f}" for p, s in speedups.items()))
+
+
+if __name__ == "__main__":
+    main()
