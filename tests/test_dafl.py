@@ -136,10 +136,42 @@ def test_sampling_rate_is_b_over_n_or_opacus_loader_convention():
         assert result.epsilon == pytest.approx(opacus_epsilon(0.5, q, result.steps, 1e-5), abs=1e-9)
 
 
+def test_functorch_per_sample_gradients_train_the_gan_the_hooks_mode_trains(monkeypatch):
+    """Opacus' per-sample gradient modes (PSGSettings.grad_sample_mode) compute the same clipped, noised gradient:
+    in float64 (where only rounding could differ) the same Poisson batches and noise draws give the same generator
+    to 1e-10 after every DP-SGD step of two epochs, with the same steps and ε; only the functorch mode goes through
+    torch.func."""
+    from opacus.grad_sample import grad_sample_module as gsm
+
+    calls = {"hooks": 0, "functorch": 0}
+    mode = ["hooks"]
+    real = gsm.ft_compute_per_sample_gradient
+
+    def counted(*args):
+        calls[mode[0]] += 1
+        return real(*args)
+
+    monkeypatch.setattr(gsm, "ft_compute_per_sample_gradient", counted)
+    x, y = tiny_client()
+    before, runs = torch.get_default_dtype(), {}
+    torch.set_default_dtype(torch.float64)
+    try:
+        for mode[0] in ("hooks", "functorch"):
+            runs[mode[0]] = train_psg(x.double(), y, 3, PSGSettings(**TINY_GAN, grad_sample_mode=mode[0]), seed=0)
+    finally:
+        torch.set_default_dtype(before)
+    hooks, functorch = runs["hooks"], runs["functorch"]
+    assert calls["hooks"] == 0 < calls["functorch"]
+    assert (hooks.steps, hooks.epsilon) == (functorch.steps, functorch.epsilon) and hooks.steps == 8
+    for k, v in hooks.generator.items():
+        torch.testing.assert_close(functorch.generator[k], v, rtol=1e-10, atol=1e-10, msg=k)
+
+
 def test_psg_settings_validate_their_options_and_parse_epsilon():
     for bad, match in (
         ({"sampling": "poisson"}, "PSG sampling must be 'batch' or 'loader', got 'poisson'"),
         ({"schedule": "steps"}, "PSG schedule must be 'epochs' or 'iterations', got 'steps'"),
+        ({"grad_sample_mode": "ew"}, r"PSG grad_sample_mode must be one of \('hooks', 'functorch'\), got 'ew'"),
         ({"generator_loss": "wgan"}, "PSG generator_loss must be 'saturating' or 'non_saturating', got 'wgan'"),
         ({"epsilon": 0.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(0.0, 1e-05\)"),
         ({"delta": 0.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(50.0, 0.0\)"),

@@ -34,6 +34,7 @@ from fed.models.cgan import Discriminator, Generator
 # Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
 # module_utils), which would double every log line of the Snakemake process that reads the method registry.
 
+GRAD_SAMPLE_MODES = ("hooks", "functorch")
 GAN_SIZE = 32  # the CGAN's image side (Sec. 4.1); 28×28 data are resized to it and back
 
 
@@ -55,6 +56,11 @@ class PSGSettings:
     beta2: float = 0.999
     width: int = 64  # channel unit of both networks (Fig. 3's widths are not in the text)
     generator_loss: str = "saturating"  # Algorithm 2 line 14: minimise log(1 − D(G(z))); "non_saturating": −log D(G(z))
+    # how Opacus computes the discriminator's per-sample gradients: "hooks" (its default) or "functorch" (torch.func
+    # per layer); the same clipped, noised gradient to rounding (tests/test_dafl.py), the fastest depends on the device
+    # (benchmarks/dp_modes.py). Expanded weights reject D's label input; ghost clipping cannot sum a sample's real and
+    # fake passes before clipping
+    grad_sample_mode: str = "hooks"
 
     def __post_init__(self):
         if self.sampling not in ("batch", "loader"):
@@ -65,6 +71,8 @@ class PSGSettings:
             raise ValueError(
                 f"PSG generator_loss must be 'saturating' or 'non_saturating', got {self.generator_loss!r}"
             )
+        if self.grad_sample_mode not in GRAD_SAMPLE_MODES:
+            raise ValueError(f"PSG grad_sample_mode must be one of {GRAD_SAMPLE_MODES}, got {self.grad_sample_mode!r}")
         if not self.epsilon > 0 or not 0 < self.delta < 1:
             raise ValueError(f"PSG needs epsilon > 0 and 0 < delta < 1, got ({self.epsilon}, {self.delta})")
 
@@ -173,7 +181,8 @@ def train_psg(
     sigma = settings.noise_multiplier if settings.private else 0.0
     # what PrivacyEngine.make_private assembles, at the rate q (make_private fixes q = 1/len(loader)); the
     # Poisson masks are drawn in the loop (line 4)
-    D = GradSampleModule(D)  # per-sample gradients, accumulated over the real and the fake forward pass
+    # per-sample gradients, accumulated over the real and the fake forward pass
+    D = GradSampleModule(D, force_functorch=settings.grad_sample_mode == "functorch")
     D.forbid_grad_accumulation()
     opt_d = DPOptimizer(
         opt_d,
