@@ -18,10 +18,11 @@ import argparse
 import time
 
 import torch
+from round_time import dataset  # Fashion-MNIST where prepared, else synthetic data of its shape
 
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig
-from fed.data.datasets import DatasetUnavailableError, cache_path, load_dataset, load_labels, prepare
+from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
 from fed.engine import Engine
 from fed.rounds import run_round
@@ -48,21 +49,10 @@ PROTOCOLS = {
 }
 
 
-def dataset(root: str) -> str:
-    """Fashion-MNIST when prepared or importable offline, else synthetic data of its shape."""
-    try:
-        if not cache_path(root, "fmnist").exists():
-            prepare("fmnist", root, download=False)
-        return "fmnist"
-    except DatasetUnavailableError:
-        prepare("synthetic", root, synthetic={"n_train": 60000, "n_test": 1000})
-        return "synthetic"
-
-
 def engine(name: str, root: str, cfg: dict, scheme: tuple, vectorise: bool) -> Engine:
     part = make_partition(load_labels(name, root), scheme[0], cfg["num_clients"], seed=0, **scheme[1])
     train, test = load_dataset(name, root, "train"), load_dataset(name, root, "test")
-    config = FLConfig(**cfg, rounds=100, channels_last=False, vectorise=vectorise, device="cpu")
+    config = FLConfig(**cfg, rounds=100, vectorise=vectorise, device="cpu")  # channels-last, as the presets
     return Engine(config, build_algorithm("fedavg"), train, test, part, seed=0, progress=None)
 
 

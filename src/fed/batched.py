@@ -250,7 +250,7 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
             members = list(members)
             sel = None if len(members) == len(group) else torch.tensor(members, device=first.y.device)
             pick = (lambda T: T) if sel is None else (lambda T, sel=sel: T[sel])
-            x = torch.stack([group[i].x[plans[i][t]] for i in members])
+            x = torch.stack([group[i].x[plans[i][t]] for i in members]).contiguous()
             y = torch.stack([group[i].y[plans[i][t]] for i in members])
             flat = [pick(leaf) if d == 0 else leaf for leaf, d in zip(leaves, dims)]
             p = {n: pick(P[n]) for n in pnames}
