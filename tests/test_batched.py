@@ -96,3 +96,27 @@ def test_the_batched_round_computes_what_the_loop_computes(monkeypatch, method, 
     ]
     assert_equal(loop[:3], batched[:3], method)
     assert_equal(strip[0], strip[1], f"{method} history")
+
+
+def test_clients_whose_objectives_cannot_be_stacked_train_one_by_one_and_equal_the_loop(monkeypatch):
+    """A LocalContext holding a plain value that differs between clients cannot be vmapped: that round's clients
+    train one after another inside the batched round (fed.batched._train_alone), with the loop's numbers."""
+    import fed.batched as batched
+    from fed.algorithms.fedprox import FedProx
+
+    class Tagged(FedProx):
+        vectorise = True
+
+        def client_update(self, ctx, client):
+            ctx.model.load_state_dict(ctx.global_state)
+            return self.train_locally(ctx, client, *ctx.client_data(client), extra={"tag": client})
+
+    alone = []
+    real = batched._train_alone
+    monkeypatch.setattr(batched, "_train_alone", lambda r, ctx: alone.append(r.local.client) or real(r, ctx))
+    monkeypatch.setitem(globals(), "build_algorithm", lambda name, **params: Tagged(**params))  # what run() builds
+    loop = run(monkeypatch, "tagged", {"mu": 0.4}, False)
+    assert alone == []
+    batched_run = run(monkeypatch, "tagged", {"mu": 0.4}, True)
+    assert len(alone) == 3 * ROUNDS and all(row["batched_clients"] == 3 for row in batched_run[3])
+    assert_equal(loop[:3], batched_run[:3], "tagged")

@@ -78,6 +78,7 @@ class Engine:
         self.history: list[dict[str, Any]] = []
         self.diverged_round: int | None = None
         self.wall_before = 0.0  # wall time of earlier segments of this run (before a resume)
+        self.here = provenance.machine(device)  # where this segment runs (fed.provenance; not its identity)
         self.earlier_machines: list[dict[str, Any]] = []  # where the rounds before a resume or warm start ran
         self._prefix_fp: dict[str, str] = {}
 
@@ -279,15 +280,13 @@ class Engine:
 
     def _machine_record(self) -> dict[str, Any]:
         """This segment's machine, with ``earlier``: the others that ran rounds of this run, if any."""
-        *earlier, here = self.machines()
-        earlier = [m for m in earlier if m != here]
-        return here | ({"earlier": earlier} if earlier else {})
+        earlier = [m for m in self.earlier_machines if m != self.here]
+        return self.here | ({"earlier": earlier} if earlier else {})
 
     def machines(self) -> list[dict[str, Any]]:
-        """Where this run's rounds ran, oldest first (``fed.provenance``; not part of its identity)."""
-        here = provenance.machine(self.ctx.device)
+        """Where this run's rounds ran, oldest first, each machine once in a row (what a checkpoint carries)."""
         earlier = self.earlier_machines
-        return earlier if earlier and earlier[-1] == here else [*earlier, here]
+        return earlier if earlier[-1:] == [self.here] else [*earlier, self.here]
 
     def _log(self, msg: str) -> None:
         if self.progress is not None:
