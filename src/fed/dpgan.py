@@ -177,6 +177,8 @@ def train_psg(
     ModuleValidator.validate(D, strict=True)
     opt_g = torch.optim.Adam(G.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
     opt_d = torch.optim.Adam(D.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
+    # q: the one Poisson rate of the masks (line 4), the accountant and the stop rule (lines 19-20); a rate read
+    # differently in any of them would spend a budget other than the one recorded
     q, expected_batch, per_epoch = sample_rate(n, settings.batch_size, settings.sampling)
     sigma = settings.noise_multiplier if settings.private else 0.0
     # what PrivacyEngine.make_private assembles, at the rate q (make_private fixes q = 1/len(loader)); the
@@ -231,6 +233,10 @@ def train_psg(
             print(f"  PSG step {t}/{budget} {losses}", file=progress, flush=True)
     steps = sum(k for _, _, k in accountant.history)  # the steps the accountant saw (= budget)
     epsilon = 0.0 if not steps else accountant.get_epsilon(settings.delta) if sigma > 0 else math.inf
+    if settings.private and not epsilon < settings.epsilon:  # line 20: no step with ε_t ≥ ε0 is ever taken
+        raise RuntimeError(
+            f"PSG overspent its budget: ε = {epsilon} after {steps} steps at q = {q}, ε0 = {settings.epsilon}"
+        )
     return PSGResult(
         {k: v.detach().clone() for k, v in G.state_dict().items()},
         steps,
