@@ -96,7 +96,7 @@ def test_fedbr_min_step_holds_the_projection_fixed():
     model.extras = nn.ModuleDict(fedbr.extra_modules(model, (4,)))
     fedbr.x_bar, fedbr.y_bar = torch.randn(6, 4), torch.full((6, 2), 0.5)
     ctx = SimpleNamespace(round_lr=lambda: 0.1, global_model=lambda: model)
-    local = LocalContext(0, [], {"pool": torch.arange(6), "rng": torch.Generator().manual_seed(0)})
+    local = LocalContext(0, [], streams={"pool": torch.arange(6), "rng": torch.Generator().manual_seed(0)})
     before = [q.detach().clone() for q in model.extras.parameters()]
     loss = fedbr.local_loss(model, torch.randn(8, 4), torch.randint(2, (8,)), local, ctx)
     loss.backward()

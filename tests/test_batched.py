@@ -5,6 +5,8 @@ clients' stored state and the method's server state equal to 1e-10."""
 
 import pytest
 import torch
+from test_wiring_dafl import stub_gan_stage
+from test_wiring_feddpms import tiny_vae, tiny_vae_extras
 from torch import nn
 from wiring import float64, run_rounds, tiny_context
 
@@ -37,15 +39,34 @@ BATCHED = {
     "feddata": ("feddata", {"share_fraction": 0.3}),
     "fedzdac": ("fedzdac", {"zsdg": {"per_class": 2, "iterations": 3}, "start_round": 2}),
     "fedzdas": ("fedzdas", {"zsdg": {"per_class": 2, "iterations": 3}, "start_round": 2}),
+    "moon": ("moon", {"mu": 0.8, "tau": 0.7, "projection_dim": 3}),
+    "naivemix": ("naivemix", {"lam": 0.2, "mean_batch": 2}),
+    "naivemix_beta": ("naivemix", {"lam_beta": 2.0, "mean_batch": 2}),
+    "dafl": ("dafl", {"gamma": 0.5, "pls_epsilon": 3.0}),
+    "flea": ("flea", {"share_fraction": 0.5, "lambda_ce": 0.4}),
+    "flea_code": ("flea", {"share_fraction": 0.5, "warmup": "code", "feature_batches": "loader", "kd": "buffer"}),
+    "feddpms": ("feddpms", {"preliminary_rounds": 2, "vae_weight": 0.3, "quota": 4, "abundant": 2, "clip_norm": 0.9}),
 }
 
 
-def run(monkeypatch, algorithm, params, vectorise, model=None, **changes):
+def setup(ctx, algorithm, tmp_path):
+    """What a method needs beyond the wiring problem: its stage's output."""
+    if algorithm == "dafl":
+        stub_gan_stage(tmp_path / "gans.pt", ctx.num_clients, ctx.num_classes, ctx.input_shape[0])
+        ctx.stages = {"gans": tmp_path / "gans.pt"}
+
+
+def run(monkeypatch, algorithm, params, vectorise, model=None, tmp_path=None, **changes):
     """Global state, per-client stored state, method state and history after ROUNDS rounds, one way."""
     with float64():
-        kwargs = {"model": model} if model else {}
-        ctx = tiny_context(monkeypatch, vectorise=vectorise, weight_decay=0.01, **kwargs, **changes)
         alg = build_algorithm(algorithm, **params)
+        kwargs = {"model": model} if model else {}
+        if algorithm == "feddpms":
+            kwargs = {"model": tiny_vae, "extra_modules": tiny_vae_extras}
+        elif algorithm == "moon":
+            kwargs["extra_modules"] = alg.extra_modules
+        ctx = tiny_context(monkeypatch, vectorise=vectorise, weight_decay=0.01, **kwargs, **changes)
+        setup(ctx, algorithm, tmp_path)
         history = []
         import fed.rounds as rounds
 
@@ -82,14 +103,19 @@ def assert_equal(a, b, what=""):
 @pytest.mark.parametrize("method", sorted(BATCHED))
 @pytest.mark.parametrize("model", [None, bn_mlp], ids=["mlp", "batchnorm"])
 @pytest.mark.parametrize("optimizer", ["sgd", "adam"])
-def test_the_batched_round_computes_what_the_loop_computes(monkeypatch, method, model, optimizer):
+def test_the_batched_round_computes_what_the_loop_computes(monkeypatch, tmp_path, method, model, optimizer):
     algorithm, params = BATCHED[method]
     if algorithm.startswith("fedzda") and model is None:
         pytest.skip("ZSDG inverts BatchNorm statistics: Fed-ZDA runs on the BatchNorm model only")
+    if algorithm == "feddpms" and model is not None:
+        pytest.skip("FedDPMS runs on its VAE classifier (the wiring test's tiny_vae)")
     assert build_algorithm(algorithm, **params).vectorise, f"{method} is not on the batched path"
-    loop = run(monkeypatch, algorithm, params, False, model, optimizer=optimizer)
-    batched = run(monkeypatch, algorithm, params, True, model, optimizer=optimizer)
-    assert all(row["batched_clients"] == 3 for row in batched[3]) and "batched_clients" not in loop[3][0]
+    alone = []  # clients that fell back to training one by one: none may
+    monkeypatch.setattr("fed.batched._train_alone", lambda r, ctx: alone.append(r))
+    loop = run(monkeypatch, algorithm, params, False, model, tmp_path, optimizer=optimizer)
+    batched = run(monkeypatch, algorithm, params, True, model, tmp_path, optimizer=optimizer)
+    assert all(row["batched_clients"] >= 3 for row in batched[3]) and "batched_clients" not in loop[3][0]
+    assert not alone, f"{method}: {len(alone)} clients trained one by one"
     strip = [
         [{k: v for k, v in r.items() if "seconds" not in k and k != "batched_clients"} for r in h]
         for h in (loop[3], batched[3])
@@ -120,3 +146,21 @@ def test_clients_whose_objectives_cannot_be_stacked_train_one_by_one_and_equal_t
     batched_run = run(monkeypatch, "tagged", {"mu": 0.4}, True)
     assert len(alone) == 3 * ROUNDS and all(row["batched_clients"] == 3 for row in batched_run[3])
     assert_equal(loop[:3], batched_run[:3], "tagged")
+
+
+def test_the_run_s_log_says_which_path_trains_its_clients(monkeypatch):
+    import io
+    from dataclasses import replace
+
+    from wiring import CFG, tiny_data, wiring_mlp
+
+    from fed.engine import Engine
+    from fed.models import MODELS
+
+    monkeypatch.setitem(MODELS, "wiring_mlp", wiring_mlp)
+    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("fedmix", "one by one")):
+        log = io.StringIO()
+        with float64():
+            alg = build_algorithm(algorithm, **({"mean_batch": 2} if algorithm == "fedmix" else {}))
+            Engine(replace(CFG, rounds=1), alg, *tiny_data(), seed=0, progress=log).run()
+        assert expected in log.getvalue(), log.getvalue()

@@ -189,7 +189,7 @@ def test_exposure_round_one_loss_resume_and_bad_settings(synthetic_root, partiti
     # passes over F(t), then the β draws
     fresh._buffer = buf = algo.build_buffer(ctx)
     rng = np.random.default_rng(7)
-    local = LocalContext(0, [], {"rng": rng, "batches": FeatureBatches(len(buf.owner), rng, False, 16)})
+    local = LocalContext(0, [], streams={"rng": rng, "batches": FeatureBatches(len(buf.owner), rng, False, 16)})
     ref = np.random.default_rng(7)
     order = np.concatenate([ref.permutation(len(buf.owner)) for _ in range(16 // len(buf.owner) + 1)])
     pick = torch.as_tensor(order[:16], device=feats.device)
@@ -198,17 +198,17 @@ def test_exposure_round_one_loss_resume_and_bad_settings(synthetic_root, partiti
     ce = -(y_mix * F.log_softmax(model.head(f_mix), 1)).sum(1).mean()
     kd = distillation(model.head(f_mix), teacher.head(f_mix), 2.0, reverse=True)
     expected = ce + 1.0 * kd + 2.5 * r2
-    assert fresh.local_loss(model, x, y, local, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert fresh.objective(model, local, ctx)(x, y).item() == pytest.approx(expected.item(), rel=1e-5)
     # the code's options: + α1·CE(θ(x), y), τ²KL(p_g ‖ p_l) on the buffer rows, R, α3 = 3 − 0.1·(t − 1) (t = 4)
     code = build_algorithm("flea", lambda_dcor=3.0, tau=2.0, kd="buffer", dcor="root", lambda_ce=0.5,
                            dcor_schedule="code")  # fmt: skip
     code._buffer, code._buffer_round = buf, ctx.round
     rng = np.random.default_rng(7)
-    local = LocalContext(0, [], {"rng": rng, "batches": FeatureBatches(len(buf.owner), rng, False, 16)})
+    local = LocalContext(0, [], streams={"rng": rng, "batches": FeatureBatches(len(buf.owner), rng, False, 16)})
     kd = distillation(model.head(buf.features[pick]), teacher.head(buf.features[pick]), 2.0, reverse=False)
     ce_local = F.cross_entropy(model.head(feats), y)
     expected = ce + 0.5 * ce_local + kd + 2.7 * distance_correlation(x, feats)
-    assert code.local_loss(model, x, y, local, ctx).item() == pytest.approx(expected.item(), rel=1e-5)
+    assert code.objective(model, local, ctx)(x, y).item() == pytest.approx(expected.item(), rel=1e-5)
     assert [code.lambda2(t) for t in (1, 2, 20, 21, 99)] == pytest.approx([3.0, 2.9, 1.1, 1.0, 1.0])
 
     for bad in (

@@ -9,22 +9,23 @@ around the training — ``client_update`` before and after ``ctx.train`` — and
    with its method's objective (``train_locally``); the request is recorded and the client waits;
 2. the requests are trained together: step t of every client that has a step t, grouped by batch size (a client's
    last batch of an epoch may be partial; a client with fewer steps leaves the computation), each client's batches
-   drawn from its own seeded stream exactly as ``fed.training.local_sgd`` draws them;
+   drawn from its own seeded stream exactly as ``fed.training.local_sgd`` draws them, and the step's random draws
+   (``Algorithm.step_draws``) taken from the client's own streams and stacked;
 3. each client then continues where it waited, with its trained state in the model and torch's global random state
    as it left it, as if it had trained alone.
 
 Only one thread runs at a time, in the loop's order, so the batched and the looped round compute the same numbers up
 to the rounding of another operation order: equal to float64 rounding, proved per method by the tests
 (``tests/test_batched.py``). A method opts in with ``vectorise = True`` once that test holds for it: its local
-objective must be a function of (model, batch, its own per-client tensors) that draws nothing from torch's global
-random state, and its clients' Python before training must not depend on another client's after training.
+objective must be a function of (model, batch, its own per-client tensors, the step's draws) that draws nothing
+itself, and its clients' Python before training must not depend on another client's after training.
 """
 
 from __future__ import annotations
 
 import itertools
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -32,6 +33,7 @@ from torch import nn
 from torch.func import functional_call, grad, vmap
 from torch.utils import _pytree as pytree
 
+from fed.models.base import stochastic
 from fed.training import LocalStats, SGDSettings, local_sgd
 
 if TYPE_CHECKING:
@@ -53,6 +55,7 @@ class Request:
     algorithm: Algorithm
     local: LocalContext
     after_step: bool
+    rng: list[torch.Tensor] | None = None  # torch's global random states, the client's own (``_rng_state``)
     final: dict[str, torch.Tensor] | None = None
     stats: LocalStats | None = None
 
@@ -129,14 +132,14 @@ class BatchedRound:
         thread = getattr(_current, "client", None)
         if thread is None or thread.owner is not self:
             return None
-        rng = torch.get_rng_state()
+        request.rng = _rng_state()
         thread.request = request
         thread.waiting.set()
         thread.go.wait()
         thread.go.clear()
         if thread.abort:
             raise _Aborted
-        torch.set_rng_state(rng)  # the client's own global random state, as the loop would have left it
+        _set_rng_state(request.rng)  # the client's own global random state, as the loop would have left it
         request.model.load_state_dict(request.final)
         request.model.train()
         return request.stats
@@ -148,7 +151,8 @@ def train_together(requests: list[Request], ctx: Context) -> None:
     for r in requests:
         groups.setdefault((id(r.model), id(r.algorithm), r.settings, r.after_step), []).append(r)
     for group in groups.values():
-        if (leaves := _batched_locals(group)) is None:  # per-client objects that cannot be stacked: one by one
+        if stochastic(group[0].model) or (leaves := _batched_locals(group)) is None:  # one by one: random draws
+            # inside the forward pass, or per-client objects that cannot be stacked
             for r in group:
                 _train_alone(r, ctx)
         else:
@@ -159,8 +163,9 @@ def _train_alone(r: Request, ctx: Context) -> None:
     r.model.load_state_dict(r.start)
     alg, model, local = r.algorithm, r.model, r.local
     step = (lambda: alg.after_step(model, local, ctx)) if r.after_step else None
-    r.stats = local_sgd(model, r.x, r.y, lambda xb, yb: alg.local_loss(model, xb, yb, local, ctx), r.generator,
-                        r.settings, step)  # fmt: skip
+    _set_rng_state(r.rng)  # dropout draws from it (on a GPU, from the device's)
+    r.stats = local_sgd(model, r.x, r.y, alg.objective(model, local, ctx), r.generator, r.settings, step)
+    r.rng = _rng_state()
     r.final = {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
@@ -209,7 +214,7 @@ def _prefixed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: Context) -> None:
-    from fed.algorithms.base import LocalContext
+    from fed.algorithms.base import Algorithm, LocalContext
 
     first, s = group[0], group[0].settings
     spec, leaves, dims = locals_
@@ -223,38 +228,49 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
     total = [torch.zeros((), device=r.y.device) for r in group]
     seen, steps = [0] * len(group), [0] * len(group)
 
-    def local_of(flat):
+    def local_of(flat, draws):
         global_params, extra = pytree.tree_unflatten(flat, spec)
-        return LocalContext(None, global_params, extra)  # a batched objective has no single client id
+        return LocalContext(None, global_params, extra, draws)  # a batched objective has no single client id
 
-    def loss(p, b, x, y, flat):
-        out = functional_call(objective, _prefixed(p) | _prefixed(b), (local_of(flat), x, y), tie_weights=False)
+    def loss(p, b, x, y, flat, draws):
+        out = functional_call(objective, _prefixed(p) | _prefixed(b), (local_of(flat, draws), x, y), tie_weights=False)
         return out, (out.detach(), b)  # b: the buffers the forward pass updated in place (BN statistics)
 
     def after(p, flat):
         p = {n: v.clone() for n, v in p.items()}
         with torch.no_grad():
-            functional_call(objective, _prefixed(p), (local_of(flat),), {"after_step": True}, strict=False)
+            functional_call(objective, _prefixed(p), (local_of(flat, {}),), {"after_step": True}, strict=False)
         return p
 
-    step_fn = vmap(grad(loss, has_aux=True), in_dims=(0, 0, 0, 0, dims))
+    step_fn = vmap(grad(loss, has_aux=True), in_dims=(0, 0, 0, 0, dims, 0))
     after_fn = vmap(after, in_dims=(0, dims))
+    draws = type(first.algorithm).step_draws is not Algorithm.step_draws
     ctx.global_model()  # a teacher some objectives call: built here, as its initialisation draws random numbers
     first.model.train()
     for t in itertools.count():
         active = [i for i, plan in enumerate(plans) if t < len(plan)]
         if not active:
             break
-        by_size = itertools.groupby(sorted(active, key=lambda i: len(plans[i][t])), key=lambda i: len(plans[i][t]))
-        for size, members in by_size:
-            members = list(members)
+        batch = {i: (group[i].x[plans[i][t]], group[i].y[plans[i][t]]) for i in active}
+        drawn = {i: _draw(group[i], *batch[i], ctx) if draws else {} for i in active}  # each from its own streams
+        by_shape: dict[tuple, list[int]] = {}  # one computation per batch size (and shape of the draws)
+        for i in active:
+            key = (len(batch[i][1]), *((k, v.shape, v.dtype) for k, v in drawn[i].items()))
+            by_shape.setdefault(key, []).append(i)
+        for members in by_shape.values():
+            size = len(batch[members[0]][1])
             sel = None if len(members) == len(group) else torch.tensor(members, device=first.y.device)
             pick = (lambda T: T) if sel is None else (lambda T, sel=sel: T[sel])
-            x = torch.stack([group[i].x[plans[i][t]] for i in members]).contiguous()
-            y = torch.stack([group[i].y[plans[i][t]] for i in members])
-            flat = [pick(leaf) if d == 0 else leaf for leaf, d in zip(leaves, dims)]
+            x = torch.stack([batch[i][0] for i in members]).contiguous()
+            y = torch.stack([batch[i][1] for i in members])
+            d = {k: torch.stack([drawn[i][k] for i in members]) for k in drawn[members[0]]}
+            flat = [pick(leaf) if dim == 0 else leaf for leaf, dim in zip(leaves, dims)]
             p = {n: pick(P[n]) for n in pnames}
-            g, (losses, b) = step_fn(p, {n: pick(B[n]).clone() for n in bnames}, x, y, flat)
+            if t == 0:  # once: torch.optim skips what the objective does not reach; torch.func gives it a zero
+                i = members[0]
+                optimiser.frozen = _unreached(objective, {n: P[n][i] for n in pnames}, {n: B[n][i] for n in bnames},
+                                              *batch[i], replace(group[i].local, draws=drawn[i]))  # fmt: skip
+            g, (losses, b) = step_fn(p, {n: pick(B[n]).clone() for n in bnames}, x, y, flat, d)
             p = optimiser.step(t, p, g, pick, sel, len(group))
             if first.after_step:
                 p = after_fn(p, flat)
@@ -271,6 +287,37 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
     for i, r in enumerate(group):
         r.final = {n: P[n][i].clone() for n in pnames} | {n: B[n][i].clone() for n in bnames}
         r.stats = LocalStats(float(total[i]) / max(seen[i], 1), steps[i])
+
+
+def _unreached(objective: _Objective, p, b, x, y, local) -> set[str]:
+    """The parameters one client's objective does not reach on its first batch (autograd gives them no gradient:
+    FedDPMS' VAE heads in Stage II). torch.optim leaves them as they are — no weight decay, no momentum — and so
+    does the batched optimiser; the set is taken as fixed over a local update."""
+    p = {n: v.detach().requires_grad_() for n, v in p.items()}
+    state = _prefixed(p) | _prefixed({n: v.clone() for n, v in b.items()})
+    out = functional_call(objective, state, (local, x, y), tie_weights=False)
+    grads = torch.autograd.grad(out, list(p.values()), allow_unused=True)
+    return {n for n, g in zip(p, grads) if g is None}
+
+
+def _draw(r: Request, x: torch.Tensor, y: torch.Tensor, ctx: Context) -> dict[str, torch.Tensor]:
+    """The client's draws for its next step, with torch's global random state its own (as in the loop)."""
+    _set_rng_state(r.rng)
+    drawn = r.algorithm.step_draws(r.model, x, y, r.local, ctx)
+    r.rng = _rng_state()
+    return drawn
+
+
+def _rng_state() -> list[torch.Tensor]:
+    """torch's global random state: the CPU's, and each GPU's once CUDA is in use (``torch.manual_seed`` seeds all)."""
+    cuda = torch.cuda.get_rng_state_all() if torch.cuda.is_available() and torch.cuda.is_initialized() else []
+    return [torch.get_rng_state(), *cuda]
+
+
+def _set_rng_state(state: list[torch.Tensor]) -> None:
+    torch.set_rng_state(state[0])
+    if len(state) > 1:
+        torch.cuda.set_rng_state_all(state[1:])
 
 
 def _batches(r: Request) -> list[torch.Tensor]:
@@ -290,6 +337,7 @@ class _Optimiser:
     def __init__(self, s: SGDSettings):
         self.s = s
         self.state: dict[tuple[str, str], torch.Tensor] = {}
+        self.frozen: set[str] = set()  # parameters without a gradient: not stepped
 
     def _get(self, key, pick):
         return pick(self.state[key])
@@ -305,6 +353,9 @@ class _Optimiser:
     def step(self, t, p, g, pick, sel, clients):
         s, out = self.s, {}
         for n, w in p.items():
+            if n in self.frozen:
+                out[n] = w
+                continue
             d = g[n] if not s.weight_decay else g[n].add(w, alpha=s.weight_decay)
             if s.optimizer == "adam":
                 b1, b2, eps = 0.9, 0.999, 1e-8  # torch.optim.Adam's defaults, as local_sgd builds it

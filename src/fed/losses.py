@@ -6,6 +6,11 @@ import torch
 import torch.nn.functional as F
 
 
+def one_hot(y: torch.Tensor, num_classes: int, dtype: torch.dtype) -> torch.Tensor:
+    """``F.one_hot(y, num_classes).to(dtype)`` without its data-dependent check, so that it runs under ``vmap``."""
+    return (y[..., None] == torch.arange(num_classes, device=y.device)).to(dtype)
+
+
 def soft_cross_entropy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     """Cross-entropy against a distribution per sample (mixed or uniform labels), mean over the batch."""
     return -(target * F.log_softmax(logits, dim=1)).sum(1).mean()

@@ -5,6 +5,7 @@ Hooks, in the order the engine calls them (``ctx`` is a :class:`fed.context.Cont
 - ``setup(ctx)``                          once before the first round (load stage outputs, one-off sharing)
 - ``select_clients(ctx)``                 which clients train this round (default: a fraction, uniformly)
 - ``client_update(ctx, client)``          one client's local training (default: ``train_locally`` on its data)
+- ``step_draws(model, x, y, local, ctx)`` the random draws of one local step, before it (default: none)
 - ``local_loss(model, x, y, local, ctx)`` the per-batch objective (default: cross-entropy)
 - ``after_step(model, local, ctx)``       after each local optimiser step (default: nothing; SCAFFOLD's correction)
 - ``aggregate(ctx, results)``             the new global state (default: mean of parameters and BN buffers)
@@ -34,11 +35,15 @@ if TYPE_CHECKING:
 @dataclass
 class LocalContext:
     """What one client's local objective knows: its id, the round's global parameters (in ``model.parameters()``
-    order), and whatever its method prepared for it (``extra``: control variates, a teacher, class counts)."""
+    order), whatever its method prepared for it (``extra``: control variates, a teacher, class counts) and the
+    current step's random draws (``draws``, from ``Algorithm.step_draws``). ``streams`` holds what only
+    ``step_draws`` reads (random generators, index pools): a batched round stacks ``extra``, never ``streams``."""
 
     client: int
     global_params: list[torch.Tensor]
     extra: dict[str, Any] = field(default_factory=dict)
+    draws: dict[str, torch.Tensor] = field(default_factory=dict)
+    streams: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -77,6 +82,16 @@ class Algorithm:
     def select_clients(self, ctx: Context) -> list[int]:
         return ctx.sample_clients()
 
+    def step_draws(
+        self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, local: LocalContext, ctx: Context
+    ) -> dict[str, torch.Tensor]:
+        """The random draws one local step's objective takes (a partner per sample, mixing weights, noise), drawn
+        just before the step from the client's streams in ``local.extra`` or from torch's global one, in the order
+        the objective used to draw them; ``local_loss`` reads them from ``local.draws``. Keeping every draw here,
+        outside the objective, lets a batched round (fed.batched) stack its clients' draws. ``model`` gives shapes
+        only: in a batched round its weights are not the client's."""
+        return {}
+
     def local_loss(self, model: nn.Module, x: torch.Tensor, y: torch.Tensor, local: LocalContext, ctx: Context):
         return F.cross_entropy(model(x), y)
 
@@ -90,22 +105,37 @@ class Algorithm:
         return self.train_locally(ctx, client, x, y)
 
     def train_locally(
-        self, ctx: Context, client: int, x: torch.Tensor, y: torch.Tensor, extra: dict[str, Any] | None = None
+        self,
+        ctx: Context,
+        client: int,
+        x: torch.Tensor,
+        y: torch.Tensor,
+        extra: dict[str, Any] | None = None,
+        streams: dict[str, Any] | None = None,
     ) -> ClientResult:
         """``local_epochs`` of mini-batch SGD over ``local_loss`` on (x, y), from the state ``ctx.model`` holds."""
         model = ctx.model
-        local = LocalContext(client, [p.detach().clone() for p in model.parameters()], extra or {})
+        local = LocalContext(client, [p.detach().clone() for p in model.parameters()], extra or {}, {}, streams or {})
         overridden = type(self).after_step is not Algorithm.after_step
         stats = ctx.train(
             model,
             x,
             y,
-            lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
+            self.objective(model, local, ctx),
             ctx.rng("shuffle", ctx.round, client),
             after_step=(lambda: self.after_step(model, local, ctx)) if overridden else None,
             objective=(self, local),
         )
         return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
+
+    def objective(self, model: nn.Module, local: LocalContext, ctx: Context):
+        """The loss of one local batch: the step's draws, then ``local_loss`` (what ``ctx.train`` calls)."""
+
+        def loss(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+            local.draws = self.step_draws(model, x, y, local, ctx)
+            return self.local_loss(model, x, y, local, ctx)
+
+        return loss
 
     def aggregate(self, ctx: Context, results: list[ClientResult]) -> State:
         return average_states([r.state for r in results], sample_weights(ctx, results))

@@ -13,7 +13,8 @@ Only generator samples and their labels leave a client: the GAN stage's file hol
 PLS (Algorithm 3): for each class k, n̂_k ∈ {0, …, n̂} (n̂ = ⌊γn⌋) is drawn by the exponential mechanism with utility
 u_k(D, r) = −|r/n̂ − n_k/n| and sensitivity Δu = 1/n:  Pr[n̂_k = r] ∝ exp(ε u_k(D, r) / (2Δu)).
 We give each of the L classes ε1/L, so the labels cost ε1 in total by basic composition (docs/deviations.md:
-Theorem 2 and its proof disagree on this). The run's guarantee is (ε0 + ε1, δ0) (Theorem 3).
+Theorem 2 and its proof disagree on this). Theorem 3 states (ε0 + ε1, δ0); the ledger records it, but ε0 bounds
+add/remove-one neighbours and ε1 replace-one ones, so read each under its own (docs/deviations.md).
 """
 
 from __future__ import annotations
@@ -59,6 +60,7 @@ def sampled_counts(labels: np.ndarray, gamma: float, num_classes: int, rng: np.r
 
 class DAFL(Algorithm):
     name = "dafl"
+    vectorise = True
 
     def __init__(
         self,

@@ -70,7 +70,7 @@ class FedBR(MeanSharing):
         num_classes = self.y_bar.shape[1]
         target = uniform = torch.full((len(x_p), num_classes), 1.0 / num_classes, device=x.device)
         if self.mixture:
-            j = torch.randint(len(y), (len(x_p),), generator=local.extra["rng"]).to(y.device)
+            j = torch.randint(len(y), (len(x_p),), generator=local.streams["rng"]).to(y.device)
             x_p, target = (x_p + x[j]) / 2, (uniform + F.one_hot(y[j], num_classes)) / 2
         h, h_p = model.embed(x), model.embed(x_p)  # penultimate representations φ
         with torch.no_grad():

@@ -39,6 +39,7 @@ from fed.dpms import (
     noisy_mean_pool,
     sensitivity,
 )
+from fed.models.base import stochastic
 from fed.models.vae import vae_modules
 from fed.stages import Stage
 from fed.training import predict
@@ -46,14 +47,15 @@ from fed.training import predict
 EXAMPLES = 8  # noisy means per class kept in the run's history for the figures
 
 
-def vae_loss(model, x, y, vae_weight: float, kld: str = "mean"):
+def vae_loss(model, x, y, vae_weight: float, kld: str = "mean", eps: torch.Tensor | None = None):
     """Stage I's objective: CE + λ (KLD + MSE). MSE summed over pixels and averaged over the batch (the scale of the
     code's BCE summed over pixels / B); KLD averaged over the batch and the latent dimensions (``kld: mean``: the
-    code's ``.mean()``, Localupdate.py) or summed over them (``kld: sum``). The slides give no reduction."""
+    code's ``.mean()``, Localupdate.py) or summed over them (``kld: sum``). The slides give no reduction.
+    ``eps``: the reparameterisation's N(0, I) draw (``reparameterisation_noise``), drawn here when not given."""
     h = model.features(x).flatten(1)
     mu, logvar = model.extras["mu"](h), model.extras["logvar"](h)
-    # reparameterisation, from torch's per-client seeded CPU stream: the same draws on a GPU as on the CPU
-    z = mu + torch.exp(logvar / 2) * torch.randn(mu.shape, dtype=mu.dtype).to(mu.device)
+    eps = reparameterisation_noise(model, len(y), mu.dtype).to(mu.device) if eps is None else eps
+    z = mu + torch.exp(logvar / 2) * eps
     x_hat = model.extras["decoder"](z)
     kl = -0.5 * (1 + logvar - mu.pow(2) - logvar.exp())
     kl = kl.mean() if kld == "mean" else kl.sum(1).mean()
@@ -61,8 +63,15 @@ def vae_loss(model, x, y, vae_weight: float, kld: str = "mean"):
     return F.cross_entropy(model.head(h), y) + vae_weight * (kl + mse)
 
 
+def reparameterisation_noise(model, n: int, dtype: torch.dtype) -> torch.Tensor:
+    """ε ~ N(0, I) of z = μ + σ·ε for n samples, from torch's per-client seeded CPU stream: the same draws on a GPU
+    as on the CPU."""
+    return torch.randn((n, model.extras["mu"].out_features), dtype=dtype)
+
+
 class FedDPMS(Algorithm):
     name = "feddpms"
+    vectorise = True
 
     def __init__(
         self,
@@ -116,9 +125,14 @@ class FedDPMS(Algorithm):
         # round P is the upload round: every client sends its decoder
         return list(range(ctx.num_clients)) if ctx.round == self.preliminary_rounds else ctx.sample_clients()
 
+    def step_draws(self, model, x, y, local, ctx):
+        if not self.preliminary(ctx) or stochastic(model):  # after dropout's draws, in vae_loss (trains alone)
+            return {}
+        return {"eps": reparameterisation_noise(model, len(y), model.extras["mu"].weight.dtype).to(x.device)}
+
     def local_loss(self, model, x, y, local, ctx):
         if self.preliminary(ctx):
-            return vae_loss(model, x, y, self.vae_weight, self.kld)
+            return vae_loss(model, x, y, self.vae_weight, self.kld, local.draws.get("eps"))
         return F.cross_entropy(model(x), y)
 
     def client_update(self, ctx, client):

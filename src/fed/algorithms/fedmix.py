@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm
-from fed.losses import soft_cross_entropy
+from fed.losses import one_hot, soft_cross_entropy
 from fed.sharing import mean_batches, share_subset
 
 
@@ -35,7 +35,7 @@ def naivemix_loss(model, x, y, x_bar, y_bar, lam: float | torch.Tensor, num_clas
     """``lam``: one weight, or one per sample (shape (B,))."""
     lam = torch.as_tensor(lam, dtype=x.dtype, device=x.device)
     lam_x, lam_y = (lam.view(-1, *[1] * (x.dim() - 1)), lam.view(-1, 1)) if lam.dim() else (lam, lam)
-    target = (1 - lam_y) * F.one_hot(y, num_classes).to(x.dtype) + lam_y * y_bar
+    target = (1 - lam_y) * one_hot(y, num_classes, x.dtype) + lam_y * y_bar
     return soft_cross_entropy(model((1 - lam_x) * x + lam_x * x_bar), target)
 
 
@@ -67,21 +67,27 @@ class MeanSharing(Algorithm):
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
         pool = torch.nonzero(self.owner != client).flatten()
-        return self.train_locally(
-            ctx, client, *ctx.client_data(client), extra={"pool": pool, "rng": ctx.rng("mix", ctx.round, client)}
-        )
+        streams = {"pool": pool, "rng": ctx.rng("mix", ctx.round, client)}
+        return self.train_locally(ctx, client, *ctx.client_data(client), streams=streams)
 
     def draw(self, local, n):
         """Random means (x̄, ȳ) from the pool, one per sample."""
-        pick = local.extra["pool"][torch.randint(len(local.extra["pool"]), (n,), generator=local.extra["rng"])]
+        pool = local.streams["pool"]
+        pick = pool[torch.randint(len(pool), (n,), generator=local.streams["rng"])]
         return self.x_bar[pick.to(self.x_bar.device)], self.y_bar[pick.to(self.y_bar.device)]
 
 
 class FedMix(MeanSharing):
     name = "fedmix"
+    # stays on the loop: its Taylor term differentiates the loss by the input inside the objective, a nested
+    # gradient that torch.func cannot take while BatchNorm updates its statistics in place (tried as a jvp)
+
+    def step_draws(self, model, x, y, local, ctx):
+        x_bar, y_bar = self.draw(local, len(y))
+        return {"x_bar": x_bar, "y_bar": y_bar}
 
     def local_loss(self, model, x, y, local, ctx):
-        return fedmix_loss(model, x, y, *self.draw(local, len(y)), self.lam)
+        return fedmix_loss(model, x, y, local.draws["x_bar"], local.draws["y_bar"], self.lam)
 
 
 class NaiveMix(MeanSharing):
@@ -98,10 +104,16 @@ class NaiveMix(MeanSharing):
             raise ValueError(f"naivemix: lam_beta must be > 0, got {lam_beta}")
         self.lam_beta = lam_beta
 
-    def local_loss(self, model, x, y, local, ctx):
+    vectorise = True
+
+    def step_draws(self, model, x, y, local, ctx):
         x_bar, y_bar = self.draw(local, len(y))
-        lam = self.lam
+        lam = torch.full((len(y),), self.lam, dtype=x.dtype)
         if self.lam_beta is not None:  # from the client's mix stream, so the draws are seeded and resume exactly
-            seed = int(torch.randint(2**62, (1,), generator=local.extra["rng"]))
+            seed = int(torch.randint(2**62, (1,), generator=local.streams["rng"]))
             lam = torch.as_tensor(np.random.default_rng(seed).beta(self.lam_beta, self.lam_beta, size=len(y)))
-        return naivemix_loss(model, x, y, x_bar, y_bar, lam, ctx.num_classes)
+        return {"x_bar": x_bar, "y_bar": y_bar, "lam": lam.to(x.device, x.dtype)}
+
+    def local_loss(self, model, x, y, local, ctx):
+        d = local.draws
+        return naivemix_loss(model, x, y, d["x_bar"], d["y_bar"], d["lam"], ctx.num_classes)

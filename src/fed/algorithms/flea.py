@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 from fed.algorithms.base import Algorithm, ClientResult, LocalContext
-from fed.losses import distance_correlation, soft_cross_entropy
+from fed.losses import distance_correlation, one_hot, soft_cross_entropy
 from fed.training import state_copy
 
 RHO_SAMPLES = 512
@@ -78,7 +78,12 @@ def feature_mixup(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Eq. 2: per-sample convex combinations β_i·(f_i, y_i) + (1 − β_i)·(f^F_i, y^F_i); labels as distributions."""
     b = beta.view(-1, *([1] * (f.dim() - 1)))
-    return b * f + (1 - b) * f_buf, beta[:, None] * y + (1 - beta[:, None]) * y_buf
+    return b * f + (1 - b) * f_buf, label_mixup(y, y_buf, beta)
+
+
+def label_mixup(y: torch.Tensor, y_buf: torch.Tensor, beta: torch.Tensor) -> torch.Tensor:
+    """ỹ_i = β_i·y_i + (1 − β_i)·y^F_i (label distributions)."""
+    return beta[:, None] * y + (1 - beta[:, None]) * y_buf
 
 
 def distillation(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau: float, reverse: bool) -> torch.Tensor:
@@ -97,6 +102,7 @@ def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
 
 class FLea(Algorithm):
     name = "flea"
+    vectorise = True
 
     def __init__(
         self,
@@ -179,22 +185,30 @@ class FLea(Algorithm):
         model, (x, y) = ctx.model, ctx.client_data(client)
         model.load_state_dict(ctx.global_state)
         rng = ctx.np_rng("flea_mix", ctx.round, client)
-        extra = {"rng": rng}
+        streams = {"rng": rng}
         if self._buffer is not None:
-            extra["batches"] = FeatureBatches(
+            streams["batches"] = FeatureBatches(
                 len(self._buffer.owner), rng, self.feature_batches == "loader", ctx.cfg.batch_size
             )
-        local = LocalContext(client, [], extra)
+        local = LocalContext(client, [], streams=streams)
         epochs = 3 * ctx.cfg.local_epochs if ctx.round == 1 and self.warmup == "code" else None
-        stats = ctx.train(
-            model,
-            x,
-            y,
-            lambda xb, yb: self.local_loss(model, xb, yb, local, ctx),
-            ctx.rng("shuffle", ctx.round, client),
-            epochs=epochs,
-        )
+        loss = self.objective(model, local, ctx)
+        stats = ctx.train(model, x, y, loss, ctx.rng("shuffle", ctx.round, client), epochs, objective=(self, local))
         return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
+
+    def step_draws(self, model, x, y, local, ctx):
+        """The rows of F(t) this batch mixes with and their β_i, from the client's mixing stream."""
+        buf = self._buffer
+        if buf is None:
+            return {}
+        pick = local.streams["batches"].take(len(y))
+        m = min(len(y), len(pick))  # < |B| only for the code's loader: its last batch of a pass is shorter
+        beta = torch.as_tensor(local.streams["rng"].beta(self.beta_a, self.beta_a, size=m), dtype=x.dtype)
+        pick = torch.as_tensor(pick[:m], device=buf.features.device)
+        if "flea_batch" not in ctx.round_metrics:  # the round's first augmented batch, for Figs. 7 and 8
+            y_mix = label_mixup(F.one_hot(y[:m], ctx.num_classes).to(x.dtype), buf.labels[pick], beta.to(y.device))
+            ctx.round_metrics["flea_batch"] = self.batch_record(ctx, local.client, y_mix, beta)
+        return {"pick": pick, "beta": beta.to(x.device)}
 
     def local_loss(self, model, x, y, local, ctx):
         f = model.features(x)
@@ -211,16 +225,11 @@ class FLea(Algorithm):
             if self.lambda_dis and self.kd == "mixed":  # Eq. 4 with f̃ = f
                 loss = loss + self.lambda_dis * distillation(logits, teacher.head(f), self.tau, reverse=True)
             return loss
-        rng: np.random.Generator = local.extra["rng"]
-        pick = local.extra["batches"].take(len(y))
-        m = min(len(y), len(pick))  # < |B| only for the code's loader: its last batch of a pass is shorter
-        pick = torch.as_tensor(pick[:m], device=buf.features.device)
-        beta = torch.as_tensor(rng.beta(self.beta_a, self.beta_a, size=m), dtype=f.dtype, device=f.device)
+        pick, beta = local.draws["pick"], local.draws["beta"].to(f.dtype)
+        m = len(beta)
         f_buf = buf.features[pick].to(memory_format=torch.contiguous_format)
-        y_loc = F.one_hot(y[:m], ctx.num_classes).to(f.dtype)
+        y_loc = one_hot(y[:m], ctx.num_classes, f.dtype)
         f_mix, y_mix = feature_mixup(f[:m], y_loc, f_buf, buf.labels[pick], beta)
-        if "flea_batch" not in ctx.round_metrics:  # the round's first augmented batch, for Figs. 7 and 8
-            ctx.round_metrics["flea_batch"] = self.batch_record(ctx, local.client, y_mix, beta)
         loss = loss + soft_cross_entropy(model.head(f_mix), y_mix)
         if self.lambda_ce:
             loss = loss + self.lambda_ce * F.cross_entropy(model.head(f), y)

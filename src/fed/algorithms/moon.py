@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from fed.algorithms.base import Algorithm
 from fed.losses import contrastive_loss
@@ -19,12 +20,25 @@ from fed.models.base import feature_dim
 from fed.training import state_copy
 
 
+class Projected(nn.Module):
+    """x ↦ z = P(features(x)) of ``model``: what MOON contrasts, as a module ``functional_call`` can evaluate with
+    another state (the client's previous model)."""
+
+    def __init__(self, model: nn.Module):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return Moon.project(self.model, x)[1]
+
+
 class Moon(Algorithm):
     name = "moon"
+    vectorise = True
 
     def __init__(self, mu: float = 5.0, tau: float = 0.5, projection_dim: int = 256):
         self.mu, self.tau, self.projection_dim = mu, tau, projection_dim
-        self._prev_model: nn.Module | None = None
+        self._prev: Projected | None = None  # evaluated with each client's previous state (local.extra["prev"])
 
     def extra_modules(self, model, input_shape):
         d = self.projection_dim
@@ -39,15 +53,16 @@ class Moon(Algorithm):
         h, z = self.project(model, x)
         with torch.no_grad():
             z_glob = self.project(ctx.global_model(), x)[1]
-            z_prev = self.project(local.extra["prev"], x)[1]
+            prev = {f"model.{k}": v for k, v in local.extra["prev"].items()}
+            z_prev = functional_call(self._prev, prev, (x,), tie_weights=False)
         ce = nn.functional.cross_entropy(model.head(h), y)
         return ce + self.mu * contrastive_loss(z, z_glob, z_prev, self.tau)
 
     def client_update(self, ctx, client):
-        if self._prev_model is None:
-            self._prev_model = ctx.new_model().eval().requires_grad_(False)
-        self._prev_model.load_state_dict(ctx.load_client_state(client).get("prev") or ctx.global_state)
+        if self._prev is None:
+            self._prev = Projected(ctx.new_model()).eval().requires_grad_(False)
+        prev = ctx.load_client_state(client).get("prev") or ctx.global_state
         ctx.model.load_state_dict(ctx.global_state)
-        result = self.train_locally(ctx, client, *ctx.client_data(client), extra={"prev": self._prev_model})
+        result = self.train_locally(ctx, client, *ctx.client_data(client), extra={"prev": prev})
         ctx.save_client_state(client, {"prev": state_copy(ctx.model)})
         return result

@@ -79,3 +79,8 @@ def feature_dim(model: SplitModel, input_shape: tuple[int, ...], of: str = "feat
         d = getattr(model.eval(), of)(torch.zeros(2, *input_shape)).flatten(1).shape[1]
     model.train(was)
     return d
+
+
+def stochastic(model: nn.Module) -> bool:
+    """Whether a training forward pass draws random numbers (a dropout layer with p > 0)."""
+    return any(isinstance(m, nn.modules.dropout._DropoutNd) and m.p > 0 for m in model.modules())
