@@ -102,12 +102,16 @@ class Cell:
         return FLConfig(**self.cfg)
 
 
-def make_cell(preset: dict, dataset: str, data_root: str, partition_file: str, seed: int, rounds: int) -> Cell:
-    """The preset for ``rounds`` rounds on the CPU, evaluated after the last round only, no checkpoints."""
+def make_cell(
+    preset: dict, dataset: str, data_root: str, partition_file: str, seed: int, rounds: int, vectorise: bool = False
+) -> Cell:
+    """The preset for ``rounds`` rounds on the CPU, evaluated after the last round only, no checkpoints; with
+    ``vectorise`` our engine trains a round's clients together (``fed.batched``; Flower's clients are its own)."""
     from fed.config import FLConfig
 
     cfg = FLConfig.from_preset(preset, dataset)
     cfg = dataclasses.replace(cfg, rounds=rounds, eval_every=rounds, checkpoint_every=rounds, device="cpu")
+    cfg = dataclasses.replace(cfg, vectorise=vectorise)
     return Cell(dataset, str(data_root), str(partition_file), seed, rounds, cfg.to_dict())
 
 
@@ -399,6 +403,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", default="fedzda")
     ap.add_argument("--partition", default="unimodal", help="a partition of config/papers/fedzda.yaml")
     ap.add_argument("--overlay", nargs="*", default=["config/fmnist.yaml"], help="config overlays (repo-relative)")
+    ap.add_argument("--vectorise", action="store_true", help="ours trains a round's clients together (fed.batched)")
     ap.add_argument("--tolerance", type=float, default=5.0, help="one seed only: agreement tolerance, points")
     ap.add_argument("--out", default="benchmarks/logs/flower_fedavg.json", help="the JSON written at the end")
     ap.add_argument("--log-dir", default="benchmarks/logs/flower_fedavg", help="one text log per run")
@@ -422,7 +427,8 @@ def main(argv: list[str] | None = None) -> None:
         for seed in args.seeds:
             part = write_partition(spec, preset, args.dataset, args.data_root, seed, Path(tmp) / f"part{seed}.json")
             for rounds in args.rounds:
-                cell = make_cell(preset, args.dataset, str(Path(args.data_root).resolve()), str(part), seed, rounds)
+                root = str(Path(args.data_root).resolve())
+                cell = make_cell(preset, args.dataset, root, str(part), seed, rounds, args.vectorise)
                 cell_path = Path(tmp) / f"cell{seed}_{rounds}.json"
                 cell_path.write_text(json.dumps(dataclasses.asdict(cell)))
                 for framework in ("ours", "flower"):
@@ -457,6 +463,7 @@ def main(argv: list[str] | None = None) -> None:
         "preset": args.preset,
         "overlays": args.overlay,
         "partition": args.partition,
+        "vectorise": args.vectorise,
         "partition_spec": spec,
         "dataset": args.dataset,
         "cfg": make_cell(preset, args.dataset, args.data_root, "-", 0, 0).cfg,

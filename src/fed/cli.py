@@ -1,4 +1,5 @@
-"""``fed`` command line, for use without Snakemake: check a config, prepare data, make a partition, run one cell."""
+"""``fed`` command line, for use without Snakemake: check a config, prepare data, make a partition, run one cell, run
+the cells a config still misses (campaign), export finished cells to commit."""
 
 from __future__ import annotations
 
@@ -48,6 +49,20 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("results_dir", help="a workflow's results_dir (its runs/ are read)")
     p.add_argument("reference_dir", help="e.g. reference/fmnist (set as reference_dir in the config)")
+    p = sub.add_parser(
+        "campaign",
+        help="run the cells the configs still miss, most valuable first, for N minutes (fed.campaign)",
+        description="Plan from configs (needs Snakemake's config checks) or run a plan written elsewhere (needs only "
+        "PyTorch): cells checkpoint at the deadline and the next call resumes them.",
+    )
+    p.add_argument("configs", nargs="*", help="configs in order of value; join overlays of one with '+'")
+    p.add_argument("--table", action="append", help="only the cells of this table or figure (repeatable)")
+    p.add_argument("--method", action="append", help="only this method's cells (repeatable)")
+    p.add_argument("--minutes", type=float, default=60.0, help="when cells checkpoint and no job starts any more")
+    p.add_argument("--jobs", type=int, default=1, help="jobs at once (on a GPU they share it)")
+    p.add_argument("--threads", type=int, help="threads a job (default: the CPUs shared out)")
+    p.add_argument("--write-plan", metavar="FILE", help="write the plan and stop (to run it on another machine)")
+    p.add_argument("--plan", metavar="FILE", help="run this plan instead of planning")
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -60,6 +75,25 @@ def main(argv: list[str] | None = None) -> None:
         from fed.data.datasets import prepare
 
         print(prepare(args.dataset, args.root, download=not args.no_download))
+    elif args.cmd == "campaign":
+        from fed import campaign
+
+        if bool(args.plan) == bool(args.configs):
+            ap.error("campaign: give configs to plan from, or --plan FILE, not both")
+        try:
+            todo = (
+                campaign.read_plan(args.plan)
+                if args.plan
+                else campaign.plan([c.split("+") for c in args.configs], _repo(), args.table, args.method)
+            )
+            if args.write_plan:
+                campaign.write_plan(todo, args.write_plan)
+                print(f"{len(todo['jobs'])} jobs planned in {args.write_plan}")
+                return
+            outcome = campaign.run(todo, args.minutes, args.jobs, args.threads)
+        except ValueError as err:
+            raise SystemExit(f"fed campaign: {err}") from None
+        print(json.dumps(outcome, indent=1))
     elif args.cmd == "export-reference":
         cells = export_reference(Path(args.results_dir), Path(args.reference_dir))
         print(f"{len(cells)} finished cells in {args.reference_dir}")

@@ -50,6 +50,10 @@ def reproducible_cuda() -> None:
     torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
 
 
+class OutOfTime(Exception):
+    """The run reached its ``stop_at`` before its last round; its checkpoint holds the round given."""
+
+
 class Engine:
     def __init__(
         self,
@@ -65,8 +69,10 @@ class Engine:
         stages: dict[str, Path] | None = None,
         on_round: Callable[[dict], None] | None = None,
         on_start: Callable[[str, bool], None] | None = None,
+        stop_at: float | None = None,
     ):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
+        self.stop_at = stop_at  # time.time() after which the run checkpoints its last round and stops (OutOfTime)
         self.work_dir = Path(work_dir) if work_dir else None
         self.progress, self.on_round, self.on_start = progress, on_round, on_start
         device = resolve_device(cfg.device)
@@ -223,6 +229,11 @@ class Engine:
                 shutil.rmtree(self.work_dir / "clients")  # client state of another identity
             if self.warm_start:
                 self.load_warm_start()
+        if cfg.vectorise:  # which path trains the clients (each batched round's history row says it too)
+            name = type(self.algorithm).__name__
+            together = self.algorithm.vectorise
+            self._log(f"{name}: a round's clients train together (fed.batched)" if together else
+                      f"{name} is not on the batched path: its clients train one by one")  # fmt: skip
         if self.on_start:  # e.g. MLflow: continue the run of this identity, or start it afresh
             self.on_start(self.fingerprint(), resumed)
         bar = tqdm(
@@ -251,8 +262,13 @@ class Engine:
                 self._log(f"diverged at round {ctx.round} (non-finite loss or weights); stopping this run")
             if self.on_round:
                 self.on_round(row)
-            if diverged or ctx.round % cfg.checkpoint_every == 0 or ctx.round == cfg.rounds:
+            out_of_time = self.stop_at is not None and time.time() > self.stop_at and ctx.round < cfg.rounds
+            if diverged or out_of_time or ctx.round % cfg.checkpoint_every == 0 or ctx.round == cfg.rounds:
                 self.save_checkpoint(self.wall_before + time.perf_counter() - started)
+            if out_of_time and not diverged:
+                bar.close()
+                self._log(f"out of time after round {ctx.round}: checkpointed, resumes from there")
+                raise OutOfTime(ctx.round)
         bar.close()
         return self.summary(time.perf_counter() - started)
 

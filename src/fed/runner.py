@@ -21,10 +21,16 @@ import torch
 
 from fed import checkpoint
 from fed.algorithms import build_algorithm
-from fed.config import FLConfig, MethodSpec
+from fed.config import FLConfig, MethodSpec, for_dataset
 from fed.data.datasets import info as dataset_info
-from fed.data.datasets import load_dataset
-from fed.data.partition import PartitionError, num_clients_for_avg_size, read_partition, validation_split
+from fed.data.datasets import load_dataset, load_labels
+from fed.data.partition import (
+    PartitionError,
+    make_partition,
+    num_clients_for_avg_size,
+    read_partition,
+    validation_split,
+)
 from fed.dpgan import PSGSettings, to_gan_space, train_psg
 from fed.engine import Engine
 from fed.metrics import LOWER_IS_BETTER, VALIDATION_METRICS
@@ -62,6 +68,26 @@ def make_engine(
         label=cell_label(dataset, partition_file, method, seed),
         **engine_kwargs,
     )
+
+
+def write_partition(dataset: str, data_root: str | Path, spec: dict, preset: dict, seed: int, out: str | Path) -> None:
+    """The partition file of (preset, dataset, partition ``spec``, seed), written atomically: a killed job never
+    leaves a truncated partition behind."""
+    spec, preset = dict(spec), for_dataset(preset, dataset)
+    part = make_partition(
+        load_labels(dataset, data_root),
+        spec.pop("scheme"),
+        num_clients=preset.get("num_clients"),
+        avg_client_size=preset.get("avg_client_size"),
+        seed=seed,
+        local_test_fraction=preset["local_test_fraction"],
+        **spec,
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(part))
+    tmp.replace(out)
 
 
 def partition_spec(partition_file: str | Path) -> dict:
@@ -307,7 +333,11 @@ def run_cell(
     threads: int = 1,
     progress: TextIO | None = sys.stderr,
     stages: dict[str, Path] | None = None,
+    stop_at: float | None = None,
 ) -> dict[str, Any]:
+    """Train one cell and write its ``metrics.json``, ``history.csv`` and ``model.pt`` to ``out_dir``; resumes from
+    ``work_dir``'s checkpoint. ``stop_at`` (a ``time.time()``): past it, the run checkpoints after its current
+    round and raises ``fed.engine.OutOfTime`` (``fed campaign``)."""
     method, tuning = tuned(method, stages)
     cfg = cfg.with_protocol(method.protocol, method.name)  # the settings it runs with are the ones recorded
     cell = {
@@ -349,6 +379,7 @@ def run_cell(
         work_dir=work_dir,
         progress=progress,
         stages=stages,
+        stop_at=stop_at,
         **callbacks,
     )
     previous = (

@@ -1,0 +1,301 @@
+"""``fed campaign``: spend a machine's minutes on the cells the configs still miss, most valuable first.
+
+Two halves, so that the machine that runs a campaign needs only PyTorch and this package (no Snakemake, MLflow or
+jsonschema, as on a lent GPU machine):
+
+- ``plan(configs)``, where the workflow's config can be read (Snakemake installed): every job the configs' tables and
+  figures still need — a dataset cache, partitions, preparatory stages, cells — as plain data, each with the files it
+  needs first. Value decides the order: the configs in the order given, then seed before seed (seed 0 of every cell
+  before seed 1), stages before the cells that read them. A cell committed under ``reference_dir`` and current, or
+  finished under results_dir, is not planned. ``write_plan`` / ``read_plan`` carry a plan to another machine.
+- ``run(plan, minutes, jobs)``, on any machine: the jobs whose inputs exist, ``jobs`` at once, each in a process of
+  its own (on a GPU they share it). At the deadline a cell checkpoints after its current round and stops
+  (``fed.engine.OutOfTime``); the next call resumes it. No job starts after the deadline; a stage that is running
+  finishes (stages keep no checkpoint). Outputs land where the workflow puts them (``<results_dir>/runs/…``,
+  ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables from them, ``fed export-reference`` commits
+  the cells, and a cell's ``machine`` record says where it ran.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from multiprocessing import get_context
+from pathlib import Path
+from typing import Any, TextIO
+
+PLAN_VERSION = 1
+
+
+# ---------------------------------------------------------------------------------------------------------- plan
+def plan(
+    configs: list[list[str]],
+    repo: str | Path = ".",
+    tables: list[str] | None = None,
+    methods: list[str] | None = None,
+) -> dict[str, Any]:
+    """The jobs that ``configs`` (each a list of overlays, as for ``snakemake --configfile``) still need, in order
+    of value; ``tables``: only the cells of these tables and figures (by name); ``methods``: only these methods'
+    cells (a swept method: all its grid points). Needs the workflow's config checks (Snakemake)."""
+    from fed.grid import Grid
+
+    jobs: dict[str, dict[str, Any]] = {}
+    for rank, overlays in enumerate(configs):
+        grid = Grid.from_files(overlays, repo)
+        config = grid.config
+        wanted = _wanted_cells(grid, tables)
+        if methods is not None:
+            unknown = set(methods) - set(config["methods"])
+            if unknown:
+                raise ValueError(f"no method {sorted(unknown)} in the config")
+            names = {v for m in methods for v in grid.sweeps.get(m, [m])}
+            wanted = [c for c in wanted if c[3] in names]
+        for p, d, part, m, s in sorted(wanted, key=lambda c: c[4]):  # seed 0 first (a stable sort keeps the order)
+            out = grid.cell_path(p, d, part, m, s)
+            if not out.startswith(f"{grid.results}/") or Path(out).exists():
+                continue  # committed and current, or finished
+            key = (p, d, part, s)
+            needs = _partition_job(jobs, grid, key, (rank, s))
+            stages = grid.method_stages(m) or grid.fedavg_prefix_of(key, m)
+            paths = {}
+            for name, stage in stages.items():
+                paths[name] = _stage_job(jobs, grid, grid.stage_key(key, stage), stage.key, (rank, s))
+            spec = config["methods"][m]
+            tags = {"paper": grid.cell_paper[(p, d, part, m, s)], "preset": p, "dataset": d, "partition": part}
+            tags |= {"method": m, "algorithm": grid.algorithm(m), "seed": str(s)}
+            args = {
+                "preset": grid.preset(p),
+                "method": m,
+                "method_config": spec,
+                "dataset": d,
+                "data_root": grid.data,
+                "partition_file": grid.partition_path(*key),
+                "seed": s,
+                "out_dir": str(Path(out).parent),
+                "work_dir": f"{grid.results}/work/{p}/{d}/{part}/{m}/seed{s}",  # the train rule's
+                "stages": paths,
+                "tracking": {"experiment": tags["paper"], "tags": tags, "live": False},  # MLflow: logged later
+            }
+            jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, f"{p}/{d}/{part}/{m}/seed{s}")
+    ordered = sorted(jobs.values(), key=lambda j: j["rank"])
+    return {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods, "jobs": ordered}
+
+
+def _wanted_cells(grid, tables: list[str] | None) -> list[tuple]:
+    """The cells of the named tables and figures (all of them without names), in the config's order."""
+    config, cells = grid.config, []
+    unknown = set(tables or ()) - set(config["tables"]) - set(config["figures"])
+    if unknown:
+        raise ValueError(f"no table or figure {sorted(unknown)} in the config")
+    for name, table in config["tables"].items():
+        if tables is None or name in tables:
+            cells += [tuple(c.values()) for c in grid.table_cells(table)]
+    for name, fig in config["figures"].items():
+        if tables is None or name in tables:
+            cells += [tuple(c.values()) for c in grid.figure_cells(fig)]
+    return list(dict.fromkeys(cells))
+
+
+def _job(kind: str, out: str, rank: list, needs: list[str], args: dict[str, Any], label: str = "") -> dict[str, Any]:
+    return {"kind": kind, "out": out, "rank": rank, "needs": needs, "label": label or out, "args": args}
+
+
+def _data_job(jobs, grid, dataset: str) -> str:
+    path = grid.data_path(dataset)
+    if not Path(path).exists() and path not in jobs:
+        config = grid.config
+        args = {"dataset": dataset, "root": grid.data, "download": config["download"], "synthetic": config["synthetic"]}
+        jobs[path] = _job("data", path, [-1, 0, 0], [], args)
+    return path
+
+
+def _partition_job(jobs, grid, key: tuple, rank: tuple) -> list[str]:
+    data, path = _data_job(jobs, grid, key[1]), grid.partition_path(*key)
+    if not Path(path).exists() and path not in jobs:
+        preset, dataset, partition, seed = key
+        args = {"dataset": dataset, "data_root": grid.data, "spec": grid.config["partitions"][partition],
+                "preset": grid.preset(preset), "seed": seed, "out": path}  # fmt: skip
+        jobs[path] = {
+            "kind": "partition",
+            "out": path,
+            "rank": [*rank, 0],
+            "needs": [data],
+            "label": path,
+            "args": args,
+        }
+    return [data, path]
+
+
+def _stage_job(jobs, grid, key: tuple, name: str, rank: tuple) -> str:
+    stage = grid.stage(key, name)
+    path = grid.stage_path(*key, stage)
+    if Path(path).exists() or path in jobs:
+        return path
+    inputs = grid.stage_inputs(key, name)
+    needs = _partition_job(jobs, grid, key, rank)
+    if lower := inputs.get("lower"):  # the next-lower stage of its kind, itself a job
+        lower_name = next(n for n, s in grid.stages[key].items() if grid.stage_path(*key, s) == lower)
+        needs.append(_stage_job(jobs, grid, key, lower_name, rank))
+    method = grid.stage_method(key, name)
+    preset, dataset, partition, seed = key
+    args = {
+        "stage": {"kind": stage.kind, "params": dict(stage.params)},
+        "preset": grid.preset(preset),
+        "dataset": dataset,
+        "data_root": grid.data,
+        "partition_file": inputs["partition"],
+        "seed": seed,
+        "out": path,
+        "work_dir": f"{grid.results}/work/stages/{preset}/{dataset}/{partition}/seed{seed}/{stage.key}",  # the rule's
+        "lower": lower,
+        "method_name": method,
+        "method": grid.config["methods"].get(method) if method else None,
+    }
+    jobs[path] = _job("stage", path, [*rank, 0], needs, args)
+    return path
+
+
+def write_plan(plan_: dict[str, Any], path: str | Path) -> None:
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(plan_, indent=1))
+
+
+def read_plan(path: str | Path) -> dict[str, Any]:
+    plan_ = json.loads(Path(path).read_text())
+    if plan_.get("version") != PLAN_VERSION:
+        raise ValueError(f"{path}: a campaign plan of version {plan_.get('version')}, this code reads {PLAN_VERSION}")
+    return plan_
+
+
+# ----------------------------------------------------------------------------------------------------------- run
+def run(
+    plan_: dict[str, Any],
+    minutes: float,
+    jobs: int = 1,
+    threads: int | None = None,
+    log: TextIO = sys.stderr,
+) -> dict[str, list[str]]:
+    """Run the plan's jobs for ``minutes``, ``jobs`` at once with ``threads`` each (default: the CPUs shared out).
+    Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), waiting
+    (not started: out of time, or an input failed)."""
+    stop_at = time.time() + 60 * minutes
+    threads = threads or max(1, (os.cpu_count() or 1) // jobs)
+    pending = [j for j in plan_["jobs"] if not Path(j["out"]).exists()]
+    made = {j["out"] for j in pending}
+    missing = sorted({n for j in pending for n in j["needs"] if n not in made and not Path(n).exists()})
+    if missing:
+        raise ValueError(f"inputs neither planned nor present: {missing} (plan again where they are, or copy them)")
+    outcome: dict[str, list[str]] = {"done": [], "checkpointed": [], "failed": [], "waiting": []}
+    failed: set[str] = set()
+    running: dict[Any, dict] = {}
+    started = time.time()
+
+    def say(msg: str) -> None:
+        total = len(pending) + sum(map(len, outcome.values())) + len(running)
+        done = len(outcome["done"])
+        print(f"[campaign {time.time() - started:6.0f} s, {done}/{total} done] {msg}", file=log, flush=True)
+
+    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+        while pending or running:
+            blocked = [j for j in pending if any(n in failed for n in j["needs"])]
+            for j in blocked:  # an input failed: never runnable in this call
+                pending.remove(j)
+                failed.add(j["out"])
+                outcome["waiting"].append(j["label"])
+            ready = [j for j in pending if all(Path(n).exists() for n in j["needs"])]
+            while ready and len(running) < jobs and time.time() < stop_at:
+                job = ready.pop(0)
+                pending.remove(job)
+                running[pool.submit(run_job, job, stop_at, threads)] = job
+                say(f"start {job['kind']} {job['label']}")
+            if not running:
+                break  # out of time, or nothing runnable
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                job = running.pop(future)
+                try:
+                    status = future.result()
+                except Exception as err:  # the job's own error: recorded, the campaign goes on
+                    failed.add(job["out"])
+                    outcome["failed"].append(f"{job['label']}: {type(err).__name__}: {err}")
+                    say(f"FAILED {job['label']}: {err}")
+                    continue
+                outcome[status].append(job["label"])
+                say(f"{status} {job['kind']} {job['label']}")
+    outcome["waiting"] += [j["label"] for j in pending]
+    say(
+        f"stopped: {len(outcome['done'])} done, {len(outcome['checkpointed'])} checkpointed, "
+        f"{len(outcome['failed'])} failed, {len(outcome['waiting'])} waiting"
+    )
+    return outcome
+
+
+def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
+    """One job, in a worker process: "done", or "checkpointed" for a cell out of time."""
+    from fed.config import FLConfig, MethodSpec
+
+    a = job["args"]
+    if job["kind"] == "data":
+        from fed.data.datasets import prepare
+
+        prepare(a["dataset"], a["root"], a["download"], a["synthetic"])
+    elif job["kind"] == "partition":
+        from fed.runner import write_partition
+
+        write_partition(a["dataset"], a["data_root"], a["spec"], a["preset"], a["seed"], a["out"])
+    elif job["kind"] == "stage":
+        from fed.runner import run_stage
+        from fed.stages import Stage
+
+        with _log(job) as progress:
+            run_stage(
+                Stage.of(a["stage"]["kind"], **a["stage"]["params"]),
+                FLConfig.from_preset(a["preset"], a["dataset"]),
+                a["dataset"],
+                a["data_root"],
+                a["partition_file"],
+                a["seed"],
+                a["out"],
+                a["work_dir"],
+                lower=a["lower"],
+                threads=threads,
+                progress=progress,
+                method=MethodSpec.from_config(a["method_name"], a["method"]) if a["method"] else None,
+            )
+    else:
+        from fed.engine import OutOfTime
+        from fed.runner import run_cell
+        from fed.tracking import git_commit
+
+        tracking = dict(a["tracking"])
+        tracking["tags"] = dict(tracking["tags"], git_commit=git_commit(Path(__file__).parent))
+        try:
+            with _log(job) as progress:
+                run_cell(
+                    FLConfig.from_preset(a["preset"], a["dataset"]),
+                    MethodSpec.from_config(a["method"], a["method_config"]),
+                    a["dataset"],
+                    a["data_root"],
+                    a["partition_file"],
+                    a["seed"],
+                    a["out_dir"],
+                    work_dir=a["work_dir"],
+                    tracking=tracking,
+                    threads=threads,
+                    progress=progress,
+                    stages={k: Path(v) for k, v in a["stages"].items()},
+                    stop_at=stop_at,
+                )
+        except OutOfTime:
+            return "checkpointed"
+    return "done"
+
+
+def _log(job: dict[str, Any]):
+    """The job's progress log, beside the workflow's: logs/campaign/<label>.log."""
+    path = Path("logs/campaign") / f"{job['label'].replace('/', '__')}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path.open("a")

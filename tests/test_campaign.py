@@ -1,0 +1,99 @@
+"""``fed campaign``: the cells a config misses, planned where Snakemake is and run where only PyTorch is (as on a lent
+GPU machine), with the workflow's numbers in the workflow's layout; out of time, a cell checkpoints and the next call
+finishes it as if it had never stopped."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO
+
+from fed import campaign
+from fed.cli import export_reference
+
+TABLE = "dafl_table3"  # a table with a preparatory stage (DA-FL's GANs): data, partitions, stages, cells
+
+
+def fed(*args, cwd, env=None):
+    proc = subprocess.run([sys.executable, "-m", "fed", *args], cwd=cwd, capture_output=True, text=True, env=env)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def without(tmp_path: Path, *modules: str) -> dict:
+    """An environment in which ``modules`` cannot be imported, in the worker processes too."""
+    blocker = tmp_path / "blocked"
+    for name in modules:
+        (blocker / name).mkdir(parents=True)
+        (blocker / name / "__init__.py").write_text(f"raise ImportError('{name} is not on this machine')")
+    return os.environ | {"PYTHONPATH": f"{blocker}{os.pathsep}{REPO / 'src'}"}
+
+
+def cells(results: Path) -> dict[str, dict]:
+    found = sorted(results.glob("runs/**/metrics.json"))
+    return {str(m.parent.relative_to(results)): json.loads(m.read_text()) for m in found}
+
+
+def test_a_plan_runs_without_snakemake_or_mlflow_and_gives_the_workflow_s_cells(smoke_run, tmp_path, monkeypatch):
+    workdir, _ = smoke_run
+    monkeypatch.chdir(tmp_path)  # the plan's paths are relative to the working directory, as the workflow's
+    fed("campaign", str(REPO / "config/smoke.yaml"), "--table", TABLE, "--write-plan", "plan.json", cwd=tmp_path)
+    plan = json.loads((tmp_path / "plan.json").read_text())
+    assert [j["kind"] for j in plan["jobs"]][:4] == ["data", "partition", "stage", "cell"]  # seed 0's first
+    assert [j["args"]["seed"] for j in plan["jobs"] if j["kind"] == "cell"] == [0, 0, 0, 1, 1, 1]
+
+    env = without(tmp_path, "snakemake", "mlflow", "jsonschema")
+    proc = fed("campaign", "--plan", "plan.json", "--minutes", "20", "--jobs", "2", "--threads", "1", cwd=tmp_path,
+               env=env)  # fmt: skip
+    outcome = json.loads(proc.stdout)
+    assert len(outcome["done"]) == len(plan["jobs"]) == 11 and not outcome["failed"], outcome
+    assert "done cell smoke_dafl/synthetic/1-label/fedavg/seed0" in proc.stderr  # progress, job by job
+
+    ours, workflow = cells(tmp_path / "results"), cells(workdir / "results")
+    assert len(ours) == 6 and ours.keys() <= workflow.keys()
+    for cell, record in ours.items():
+        assert record["identity"] == workflow[cell]["identity"], cell
+        assert record["last"] == workflow[cell]["last"], cell
+        assert record["shared"] == workflow[cell]["shared"], cell
+        assert record["tracking"]["tags"]["paper"] == workflow[cell]["tracking"]["tags"]["paper"]
+    assert len(export_reference(tmp_path / "results", tmp_path / "reference")) == 6  # what gets committed
+
+    again = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
+    assert again["jobs"] == []  # nothing missing any more
+
+
+def test_a_cell_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run, tmp_path, monkeypatch):
+    workdir, _ = smoke_run
+    monkeypatch.chdir(tmp_path)
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
+    fedavg = next(j for j in plan["jobs"] if j["label"] == "smoke_dafl/synthetic/1-label/fedavg/seed0")
+    for job in plan["jobs"]:
+        if job["kind"] in ("data", "partition") and job["out"] in fedavg["needs"]:
+            assert campaign.run_job(job, time.time() + 600, 1) == "done"
+    assert campaign.run_job(fedavg, time.time() - 1, 1) == "checkpointed"  # past its deadline after round 1
+    out = Path(fedavg["args"]["out_dir"])
+    assert not (out / "metrics.json").exists() and any(Path(fedavg["args"]["work_dir"]).iterdir())
+    assert campaign.run_job(fedavg, time.time() + 600, 1) == "done"
+    record = json.loads((out / "metrics.json").read_text())
+    reference = json.loads((workdir / "results" / out.relative_to("results") / "metrics.json").read_text())
+    assert record["rounds_completed"] == 2 and record["last"] == reference["last"]
+    assert [r["train_loss"] for r in record["history"]] == [r["train_loss"] for r in reference["history"]]
+
+
+def test_a_campaign_names_what_it_cannot_run_before_it_starts(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    job = {"kind": "cell", "out": "results/runs/x/metrics.json", "rank": [0, 0, 1], "needs": ["partitions/x.json"],
+           "label": "x", "args": {}}  # fmt: skip
+    with pytest.raises(ValueError, match=r"inputs neither planned nor present: \['partitions/x.json'\]"):
+        campaign.run({"version": campaign.PLAN_VERSION, "jobs": [job]}, minutes=1)
+    (tmp_path / "old.json").write_text(json.dumps({"version": 0, "jobs": []}))
+    with pytest.raises(ValueError, match="version 0"):
+        campaign.read_plan(tmp_path / "old.json")
+    with pytest.raises(ValueError, match=r"no table or figure \['nope'\]"):
+        campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["nope"])
+    proc = subprocess.run([sys.executable, "-m", "fed", "campaign", "--minutes", "1"], capture_output=True, text=True)
+    assert proc.returncode == 2 and "give configs to plan from, or --plan FILE" in proc.stderr
