@@ -11,7 +11,8 @@ jsonschema, as on a lent GPU machine):
 - ``run(plan, minutes, jobs)``, on any machine: the jobs whose inputs exist, ``jobs`` at once, each in a process of
   its own (on a GPU they share it). At the deadline a cell checkpoints after its current round and stops
   (``fed.engine.OutOfTime``); the next call resumes it. No job starts after the deadline; a stage that is running
-  finishes (stages keep no checkpoint). Outputs land where the workflow puts them (``<results_dir>/runs/…``,
+  finishes (killed, it resumes: DA-FL's GANs at the next client, a tuning or prefix run at its last checkpoint), so
+  leave it slack. Outputs land where the workflow puts them (``<results_dir>/runs/…``,
   ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables from them, ``fed export-reference`` commits
   the cells, and a cell's ``machine`` record says where it ran.
 """

@@ -50,6 +50,14 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("results_dir", help="a workflow's results_dir (its runs/ are read)")
     p.add_argument("reference_dir", help="e.g. reference/fmnist (set as reference_dir in the config)")
     p = sub.add_parser(
+        "analyse",
+        help="every analysis of the head-to-head protocol on a leaderboard's cells (docs/headtohead-protocol.md)",
+    )
+    p.add_argument("configs", nargs="+", help="overlays, as for snakemake --configfile")
+    p.add_argument("--table", required=True, help="a leaderboard table of the config")
+    p.add_argument("--metric", default="global_acc")
+    p.add_argument("-o", "--out", help="also write the analyses as CSV")
+    p = sub.add_parser(
         "campaign",
         help="run the cells the configs still miss, most valuable first, for N minutes (fed.campaign)",
         description="Plan from configs (needs Snakemake's config checks) or run a plan written elsewhere (needs only "
@@ -75,6 +83,23 @@ def main(argv: list[str] | None = None) -> None:
         from fed.data.datasets import prepare
 
         print(prepare(args.dataset, args.root, download=not args.no_download))
+    elif args.cmd == "analyse":
+        from fed.grid import Grid
+        from fed.reporting import analyses
+
+        try:
+            grid = Grid.from_files(args.configs, _repo())
+            if args.table not in grid.config["tables"]:
+                raise ValueError(f"no table {args.table!r} in the config")
+            table = analyses.analyse(*analyses.table_values(grid, args.table, args.metric))
+        except ValueError as err:
+            raise SystemExit(f"fed analyse: {err}") from None
+        if args.out:
+            table.to_csv(args.out, index=False)
+        with pd_options():
+            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+            print()
+            print(analyses.survivors(table).to_string(index=False))
     elif args.cmd == "campaign":
         from fed import campaign
 
@@ -170,6 +195,12 @@ def export_reference(results: Path, reference: Path) -> list[str]:
     old["cells"].update(commits)
     manifest.write_text(json.dumps(old, indent=1, sort_keys=True))
     return cells
+
+
+def pd_options():
+    import pandas as pd
+
+    return pd.option_context("display.width", 200, "display.max_rows", 500)
 
 
 def _kv(pairs: list[str]) -> dict:

@@ -1,0 +1,137 @@
+"""The head-to-head's analyses, named in advance (docs/headtohead-protocol.md, section 5).
+
+Input: one metric's values x_{m,r,s} for method m, regime r and seed s (a seed whose run diverged has none) and a
+baseline b. Per method m ≠ b, the paired differences d_{r,s} = x_{m,r,s} − x_{b,r,s} over the seeds where both have a
+value (negated for a lower-is-better metric, so that d > 0 always means better than the baseline):
+
+- ``primary``: the mixed model d_{r,s} = δ + u_r + e_{r,s} with a random regime effect. Balanced (every regime with
+  the same seeds), its REML estimate of δ is the mean of the regime means d̄_r and its test is Student's t of the
+  d̄_r against 0 with R − 1 degrees of freedom; that t is what is computed (also when a diverged seed unbalances a
+  regime: then it is the regime-means analysis, a conservative stand-in). 95 % interval: δ ± t_{.975, R−1}·sd(d̄_r)/√R.
+- ``pooled_t``: Student's paired t over every (regime, seed) pair (regimes treated as seeds: the old board's test).
+- ``wilcoxon``: Wilcoxon's signed-rank test over the same pairs (``scipy.stats.wilcoxon``, two-sided).
+- ``friedman``: Friedman's test over the (regime, seed) blocks where every method has a value, and Nemenyi's critical
+  difference CD = q_α √(k(k+1)/(6N)) (q_α: the studentized range's 1 − α quantile for k methods, / √2); m differs
+  from b when its mean rank differs from b's by more than CD. The p column holds Friedman's omnibus p.
+- ``regime:<r>``: per regime, Student's paired t over its seeds.
+
+Holm's correction (``fed.reporting.leaderboard.holm``) runs within each family: one per analysis, and one per
+regime, over the methods compared. ``survives`` marks a method whose direction is significant under the primary
+analysis and under each of pooled_t, wilcoxon and friedman.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+from scipy import stats
+
+from fed.reporting.leaderboard import ALPHA, holm, paired_t
+
+EVERY = ("primary", "pooled_t", "wilcoxon", "friedman")  # the analyses a conclusion must survive
+COLUMNS = ["analysis", "method", "diff", "low", "high", "n", "statistic", "p", "p_holm", "significant"]
+
+
+def differences(values: pd.DataFrame, baseline: str, higher_is_better: bool = True) -> pd.DataFrame:
+    """``values``: columns method, regime, seed, value. The paired d_{r,s} of every method against ``baseline``:
+    columns method, regime, seed, d (better than the baseline: d > 0)."""
+    wide = values.pivot_table(index=["regime", "seed"], columns="method", values="value", aggfunc="first")
+    sign = 1.0 if higher_is_better else -1.0
+    out = []
+    for method in wide.columns:
+        if method == baseline:
+            continue
+        d = (sign * (wide[method] - wide[baseline])).dropna()
+        out.append(d.rename("d").reset_index().assign(method=method))
+    return pd.concat(out, ignore_index=True)[["method", "regime", "seed", "d"]]
+
+
+def regime_means_t(d: pd.DataFrame) -> dict:
+    """The primary analysis of one method's differences (columns regime, d)."""
+    means = d.groupby("regime")["d"].mean().to_numpy()
+    r, delta = len(means), float(np.mean(means)) if len(means) else math.nan
+    if r < 2:
+        return {"diff": delta, "low": math.nan, "high": math.nan, "n": r, "statistic": math.nan, "p": math.nan}
+    t, p = paired_t(means, np.zeros(r))
+    half = stats.t.ppf(0.975, r - 1) * np.std(means, ddof=1) / math.sqrt(r)
+    return {"diff": delta, "low": delta - half, "high": delta + half, "n": r, "statistic": t, "p": p}
+
+
+def pooled(d: pd.DataFrame) -> dict:
+    x = d["d"].to_numpy()
+    t, p = paired_t(x, np.zeros(len(x)))
+    return {"diff": float(np.mean(x)) if len(x) else math.nan, "n": len(x), "statistic": t, "p": p}
+
+
+def signed_rank(d: pd.DataFrame) -> dict:
+    x = d["d"].to_numpy()
+    if len(x) < 2 or np.all(x == 0):
+        return {"diff": float(np.mean(x)) if len(x) else math.nan, "n": len(x), "statistic": math.nan, "p": math.nan}
+    result = stats.wilcoxon(x)
+    return {"diff": float(np.mean(x)), "n": len(x), "statistic": float(result.statistic), "p": float(result.pvalue)}
+
+
+def friedman_nemenyi(values: pd.DataFrame, baseline: str, higher_is_better: bool = True) -> pd.DataFrame:
+    """Mean ranks over the complete (regime, seed) blocks (rank 1 = best), Friedman's p and Nemenyi's CD: one row a
+    method ≠ baseline with diff = the baseline's mean rank − its own (> 0: better), significant when |diff| > CD."""
+    wide = values.pivot_table(index=["regime", "seed"], columns="method", values="value", aggfunc="first").dropna()
+    k, n = wide.shape[1], wide.shape[0]
+    ranks = (-wide if higher_is_better else wide).rank(axis=1, method="average").mean()
+    p = float(stats.friedmanchisquare(*wide.to_numpy().T).pvalue) if k >= 3 and n >= 2 else math.nan
+    cd = stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2) * math.sqrt(k * (k + 1) / (6 * n))
+    rows = []
+    for method in wide.columns:
+        if method != baseline:
+            diff = float(ranks[baseline] - ranks[method])
+            rows.append({"analysis": "friedman", "method": method, "diff": diff, "low": math.nan, "high": math.nan,
+                         "n": n, "statistic": cd, "p": p, "p_holm": p,
+                         "significant": bool(p < ALPHA and abs(diff) > cd)})  # fmt: skip
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def analyse(values: pd.DataFrame, baseline: str, higher_is_better: bool = True) -> pd.DataFrame:
+    """Every analysis of the protocol, one row per (analysis, method): diff (> 0: better than the baseline; ranks
+    for friedman), its 95 % interval (primary), n (regimes, pairs or blocks), statistic (t, W, or Nemenyi's CD),
+    p, Holm's p within the analysis' family, significant."""
+    d = differences(values, baseline, higher_is_better)
+    rows = []
+    for method, dm in d.groupby("method", sort=False):
+        rows.append({"analysis": "primary", "method": method} | regime_means_t(dm))
+        rows.append({"analysis": "pooled_t", "method": method} | pooled(dm))
+        rows.append({"analysis": "wilcoxon", "method": method} | signed_rank(dm))
+        for regime, dr in dm.groupby("regime", sort=False):
+            rows.append({"analysis": f"regime:{regime}", "method": method} | pooled(dr))
+    out = pd.DataFrame(rows).reindex(columns=COLUMNS)
+    for idx in out.groupby("analysis").groups.values():  # Holm within each family
+        out.loc[idx, "p_holm"] = holm(out.loc[idx, "p"])
+    out["significant"] = out["p_holm"] < ALPHA
+    out = pd.concat([out, friedman_nemenyi(values, baseline, higher_is_better)], ignore_index=True)
+    return out
+
+
+def survivors(analysed: pd.DataFrame) -> pd.DataFrame:
+    """Per method: the direction (+1 better, −1 worse than the baseline, 0 not significant) under each analysis of
+    ``EVERY``, and ``survives``: significant in the same direction under all of them."""
+    rows = []
+    for method, a in analysed[analysed["analysis"].isin(EVERY)].groupby("method", sort=False):
+        direction = {r.analysis: int(np.sign(r.diff)) if r.significant else 0 for r in a.itertuples()}
+        signs = {direction.get(name, 0) for name in EVERY}
+        rows.append({"method": method, **direction, "survives": len(signs) == 1 and 0 not in signs})
+    return pd.DataFrame(rows)
+
+
+def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool]:
+    """A configured leaderboard's values of ``metric`` (committed cells where current, else results_dir's), its
+    baseline and whether higher is better: the input of ``analyse``."""
+    from fed.reporting.leaderboard import DEFAULT_BASELINE, higher_is_better, seed_values
+    from fed.reporting.tables import collect_runs
+
+    spec = grid.config["tables"][table]
+    cells = [dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(spec)]
+    runs = collect_runs(cells)
+    x = seed_values(runs, metric, grid.preset(spec["preset"])["report"]).dropna(subset=["value"])
+    several = x["dataset"].nunique() > 1
+    x["regime"] = [f"{d}/{p}" if several else p for d, p in zip(x["dataset"], x["partition"])]
+    return x[["method", "regime", "seed", "value"]], spec.get("baseline", DEFAULT_BASELINE), higher_is_better(metric)

@@ -1,0 +1,81 @@
+"""The head-to-head's analyses (fed.reporting.analyses, docs/headtohead-protocol.md section 5) against values worked
+out by hand on 2 regimes × 3 seeds × 3 methods."""
+
+import math
+
+import pandas as pd
+import pytest
+
+from fed.reporting.analyses import analyse, differences, survivors
+
+A = {"r1": [11, 12, 13], "r2": [14, 15, 16]}  # d = 1 … 6 against a baseline of 10 everywhere
+B = {"r1": [10.5, 9, 9.8], "r2": [9.5, 9.1, 8]}
+
+
+def values(higher: bool = True) -> pd.DataFrame:
+    rows = []
+    for method, by_regime in (("base", {"r1": [10] * 3, "r2": [10] * 3}), ("A", A), ("B", B)):
+        for regime, xs in by_regime.items():
+            rows += [{"method": method, "regime": regime, "seed": s, "value": x if higher else -x}
+                     for s, x in enumerate(xs)]  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def row(table, analysis, method):
+    return table[(table["analysis"] == analysis) & (table["method"] == method)].iloc[0]
+
+
+def test_every_analysis_by_hand():
+    t = analyse(values(), "base")
+    primary = row(t, "primary", "A")  # regime means 2 and 5: δ = 3.5, sd 2.1213, t = 3.5 / 1.5 on 1 df
+    assert primary["diff"] == pytest.approx(3.5) and primary["n"] == 2
+    assert primary["statistic"] == pytest.approx(7 / 3)
+    assert primary["p"] == pytest.approx(1 - 2 * math.atan(7 / 3) / math.pi)  # Student's t on 1 df: Cauchy
+    assert primary["high"] - 3.5 == pytest.approx(12.706205 * 1.5, rel=1e-6)  # t_.975,1 · sd/√R
+    pooled = row(t, "pooled_t", "A")  # d = 1…6: mean 3.5, sd √3.5, t = 3.5 √6 / √3.5
+    assert pooled["statistic"] == pytest.approx(3.5 * math.sqrt(6) / math.sqrt(3.5)) and pooled["n"] == 6
+    wilcoxon = row(t, "wilcoxon", "A")  # all six positive: W = 0, exact two-sided p = 2 / 2⁶
+    assert wilcoxon["statistic"] == 0 and wilcoxon["p"] == pytest.approx(2 / 64)
+    regime = row(t, "regime:r1", "A")  # 1, 2, 3: t = 2 / (1/√3)
+    assert regime["statistic"] == pytest.approx(2 * math.sqrt(3))
+    # Friedman: rank sums A 6, base 13, B 17 over 6 blocks: χ² = 12/(6·3·4)·494 − 72 = 10.333, p = e^(−χ²/2)
+    friedman = row(t, "friedman", "A")
+    assert friedman["p"] == pytest.approx(math.exp(-(12 / 72 * 494 - 72) / 2))
+    assert friedman["diff"] == pytest.approx(13 / 6 - 1)  # the baseline's mean rank − A's
+    assert friedman["statistic"] == pytest.approx(3.314493 / math.sqrt(2) * math.sqrt(12 / 36), rel=1e-5)  # CD
+    assert not friedman["significant"]  # 1.17 ranks < CD 1.35
+    assert row(t, "friedman", "B")["diff"] == pytest.approx(13 / 6 - 17 / 6)
+
+
+def test_holm_runs_within_each_family_and_survivors_need_every_analysis():
+    t = analyse(values(), "base")
+    pa, pb = row(t, "pooled_t", "A")["p"], row(t, "pooled_t", "B")["p"]
+    first = min(1, 2 * min(pa, pb))  # Holm over two: 2·p₍₁₎, then max(that, p₍₂₎)
+    holm = {min(pa, pb): first, max(pa, pb): max(first, max(pa, pb))}
+    assert row(t, "pooled_t", "A")["p_holm"] == pytest.approx(holm[pa])
+    assert row(t, "pooled_t", "B")["p_holm"] == pytest.approx(holm[pb])
+    assert set(t["analysis"]) == {"primary", "pooled_t", "wilcoxon", "friedman", "regime:r1", "regime:r2"}
+    s = survivors(t).set_index("method")
+    assert row(t, "pooled_t", "A")["significant"] and not row(t, "primary", "A")["significant"]
+    assert not s.loc["A", "survives"]  # significant pooled, not under the regime-level primary analysis
+
+
+def test_lower_is_better_metrics_count_a_decrease_as_better():
+    d = differences(values(higher=False), "base", higher_is_better=False)
+    assert d[d["method"] == "A"]["d"].tolist() == [1, 2, 3, 4, 5, 6]
+    assert analyse(values(higher=False), "base", False).equals(analyse(values(), "base"))
+
+
+def test_fed_analyse_reads_a_committed_leaderboard():
+    """The old board (reference/headtohead_cpu, 6 regimes × 3 seeds) through every analysis, from committed cells."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    configs = [str(REPO / "config/headtohead.yaml"), str(REPO / "config/headtohead_cpu.yaml")]
+    proc = subprocess.run([sys.executable, "-m", "fed", "analyse", *configs, "--table", "headtohead_leaderboard"],
+                          capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    survivors_table = proc.stdout.split("\n\n")[-1]
+    assert "survives" in survivors_table and len(survivors_table.strip().splitlines()) == 12  # header + 11 methods
