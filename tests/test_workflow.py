@@ -343,7 +343,7 @@ def test_smoke_run_produces_tables_and_mlflow_runs(smoke_run):
     assert (costs[costs.method == "fedavg"].relative_to_fedavg == 1).all()
     assert (costs[costs.method == "fedzdac"].zsdg_seconds_per_round > 0).all()
 
-    # nothing to do on a second invocation; one cell can be re-run alone (README: "re-run one cell")
+    # nothing to do on a second invocation; one cell can be re-run alone (docs/usage.md: one cell alone)
     assert "Nothing to be done" in snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/smoke.yaml")).stdout
     cell = "results/runs/smoke/synthetic/unimodal/fedavg/seed0/metrics.json"
     counts = job_counts(
