@@ -97,3 +97,22 @@ def test_a_campaign_names_what_it_cannot_run_before_it_starts(tmp_path, monkeypa
         campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["nope"])
     proc = subprocess.run([sys.executable, "-m", "fed", "campaign", "--minutes", "1"], capture_output=True, text=True)
     assert proc.returncode == 2 and "give configs to plan from, or --plan FILE" in proc.stderr
+
+
+def crash(job, stop_at, threads):
+    """A worker that dies abruptly the first time it runs "boom" (a marker file remembers it), and always on "bad"."""
+    marker = Path(job["out"]).with_suffix(".tried")
+    if job["label"] == "bad" or (job["label"] == "boom" and not marker.exists()):
+        marker.touch()
+        os._exit(1)  # as the kernel's OOM killer or a kill -9 ends it: no exception, no clean-up
+    Path(job["out"]).write_text("ok")
+    return "done"
+
+
+def test_a_dead_worker_costs_its_job_one_attempt_not_the_campaign(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    jobs = [{"kind": "cell", "out": f"{name}.out", "rank": [0, 0, 1], "needs": [], "label": name, "args": {}}
+            for name in ("boom", "fine", "bad")]  # fmt: skip
+    outcome = campaign.run({"version": campaign.PLAN_VERSION, "jobs": jobs}, minutes=5, jobs=1, work=crash)
+    assert outcome["done"] == ["boom", "fine"] and outcome["waiting"] == []
+    assert len(outcome["failed"]) == 1 and outcome["failed"][0].startswith(f"bad: its worker died {campaign.ATTEMPTS}")

@@ -23,12 +23,15 @@ import json
 import os
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
 from typing import Any, TextIO
 
 PLAN_VERSION = 1
+ATTEMPTS = 2  # pools a job may see die under it before it counts as failed
 
 
 # ---------------------------------------------------------------------------------------------------------- plan
@@ -178,10 +181,14 @@ def run(
     jobs: int = 1,
     threads: int | None = None,
     log: TextIO = sys.stderr,
+    work: Callable[[dict[str, Any], float, int], str] | None = None,
 ) -> dict[str, list[str]]:
     """Run the plan's jobs for ``minutes``, ``jobs`` at once with ``threads`` each (default: the CPUs shared out).
     Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), waiting
-    (not started: out of time, or an input failed)."""
+    (not started: out of time, or an input failed). A worker that dies (killed, out of memory) takes the pool's
+    other jobs with it: they start again in a new pool (they resume from their checkpoints), and a job that was
+    running when ``ATTEMPTS`` pools died fails. ``work``: what a worker runs (``run_job``; tests replace it)."""
+    work = work or run_job
     stop_at = time.time() + 60 * minutes
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
     pending = [j for j in plan_["jobs"] if not Path(j["out"]).exists()]
@@ -192,6 +199,7 @@ def run(
     outcome: dict[str, list[str]] = {"done": [], "checkpointed": [], "failed": [], "waiting": []}
     failed: set[str] = set()
     running: dict[Any, dict] = {}
+    attempts: dict[str, int] = {}
     started = time.time()
 
     def say(msg: str) -> None:
@@ -199,7 +207,13 @@ def run(
         done = len(outcome["done"])
         print(f"[campaign {time.time() - started:6.0f} s, {done}/{total} done] {msg}", file=log, flush=True)
 
-    with ProcessPoolExecutor(jobs, mp_context=get_context("spawn")) as pool:
+    def fail(job: dict[str, Any], why: str) -> None:
+        failed.add(job["out"])
+        outcome["failed"].append(f"{job['label']}: {why}")
+        say(f"FAILED {job['label']}: {why}")
+
+    pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
+    try:
         while pending or running:
             blocked = [j for j in pending if any(n in failed for n in j["needs"])]
             for j in blocked:  # an input failed: never runnable in this call
@@ -210,22 +224,35 @@ def run(
             while ready and len(running) < jobs and time.time() < stop_at:
                 job = ready.pop(0)
                 pending.remove(job)
-                running[pool.submit(run_job, job, stop_at, threads)] = job
+                running[pool.submit(work, job, stop_at, threads)] = job
                 say(f"start {job['kind']} {job['label']}")
             if not running:
                 break  # out of time, or nothing runnable
             finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            if any(isinstance(f.exception(), BrokenProcessPool) for f in finished):  # a worker died: the pool too
+                lost = list(running.values())
+                running.clear()
+                pool.shutdown(wait=True, cancel_futures=True)
+                pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
+                for job in lost:
+                    attempts[job["out"]] = attempts.get(job["out"], 0) + 1
+                    if attempts[job["out"]] >= ATTEMPTS:
+                        fail(job, f"its worker died {ATTEMPTS} times (killed, or out of memory?)")
+                    else:
+                        pending.insert(0, job)
+                        say(f"a worker died; {job['label']} starts again")
+                continue
             for future in finished:
                 job = running.pop(future)
                 try:
                     status = future.result()
                 except Exception as err:  # the job's own error: recorded, the campaign goes on
-                    failed.add(job["out"])
-                    outcome["failed"].append(f"{job['label']}: {type(err).__name__}: {err}")
-                    say(f"FAILED {job['label']}: {err}")
+                    fail(job, f"{type(err).__name__}: {err}")
                     continue
                 outcome[status].append(job["label"])
                 say(f"{status} {job['kind']} {job['label']}")
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)
     outcome["waiting"] += [j["label"] for j in pending]
     say(
         f"stopped: {len(outcome['done'])} done, {len(outcome['checkpointed'])} checkpointed, "
