@@ -55,6 +55,19 @@ def test_same_seed_same_numbers_other_seed_differs(setup):
     assert last["local_acc_mean"] == pytest.approx(sum(last["local_acc"]) / 10)
 
 
+def test_pooled_accuracy_counts_every_local_record_once(setup):
+    """pooled_acc: every client's local records as one set, so a client counts by its number of records."""
+    train, test, part, _ = setup
+    part = json.loads(json.dumps(part))
+    part["clients"][0]["test"] = part["clients"][0]["test"][:3]  # clients of unequal size
+    cfg = FLConfig(**SMALL)
+    last = Engine(cfg, build_algorithm("fedavg"), train, test, part, 0, progress=None).run()["last"]
+    sizes = [len(c["test"]) for c in part["clients"]]
+    pooled = sum(a * n for a, n in zip(last["local_acc"], sizes)) / sum(sizes)
+    assert last["pooled_acc"] == pytest.approx(pooled) and len(set(sizes)) > 1
+    assert pooled != pytest.approx(last["local_acc_mean"])  # the weighting is seen: not the mean of the clients
+
+
 def test_learns_on_synthetic_data(setup):
     res = run(setup, rounds=6, local_epochs=2)
     assert res["last"]["global_acc"] > 40  # chance is 10 %

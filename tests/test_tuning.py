@@ -20,10 +20,12 @@ from fed.validate import check_config, schema_error
 GRID = {"q": [0.0, 0.001, 0.01, 0.1, 1.0]}
 MEAN = [80.0, 80.5, 79.6, 78.5, 60.0]  # validation local_acc_mean per q
 VAR = [100.0, 98.0, 90.0, 70.0, 20.0]  # validation client_acc_variance per q
+POOLED = [81.0, 79.0, 80.0, 77.0, 55.0]  # validation pooled_acc per q: every client's records as one set
 SCORES = [
-    {"q": q, "validation_local_acc_mean": m, "validation_client_acc_variance": v, "diverged": False}
-    for q, m, v in zip(GRID["q"], MEAN, VAR)
-]
+    {"q": q, "validation_local_acc_mean": m, "validation_client_acc_variance": v, "validation_pooled_acc": a,
+     "diverged": False}
+    for q, m, v, a in zip(GRID["q"], MEAN, VAR, POOLED)
+]  # fmt: skip
 AUTHORS = {"metric": "local_acc_mean", "tolerance": 1.0, "of": {"q": 0.0}}
 
 
@@ -71,9 +73,10 @@ class FakeRun:
     """An engine whose run returns fixed last-round metrics for its q (no training)."""
 
     LAST = {
-        q: {"local_acc_mean": m, "client_acc_variance": v, "global_acc": 99.0, "class_acc_variance": 1.0}
-        for q, m, v in zip(GRID["q"], MEAN, VAR)
-    }
+        q: {"local_acc_mean": m, "client_acc_variance": v, "pooled_acc": a, "global_acc": 99.0,
+            "class_acc_variance": 1.0}
+        for q, m, v, a in zip(GRID["q"], MEAN, VAR, POOLED)
+    }  # fmt: skip
 
     def __init__(self, method, rounds, validation_fraction, work_dir):
         assert rounds == 30 and validation_fraction == 0.1 and work_dir.name == f"q{method.params['q']}"
@@ -81,7 +84,8 @@ class FakeRun:
 
     def run(self):
         if self.q == 1.0:
-            return {"diverged": True, "last": {"local_acc_mean": float("nan"), "client_acc_variance": float("nan")}}
+            nan = float("nan")
+            return {"diverged": True, "last": {"local_acc_mean": nan, "client_acc_variance": nan, "pooled_acc": nan}}
         return {"diverged": False, "last": self.LAST[self.q]}
 
 
@@ -97,8 +101,15 @@ def test_the_stage_records_every_validation_metric_and_applies_the_rule(tmp_path
         "q": 1.0,
         "validation_local_acc_mean": None,
         "validation_client_acc_variance": None,
+        "validation_pooled_acc": None,
         "diverged": True,
     }
+
+
+def test_pooled_validation_accuracy_picks_by_every_record_at_once():
+    """The head-to-head protocol's rule (docs/headtohead-protocol.md): the validation analogue of global accuracy
+    picks q = 0 (81.0 on every record at once) where the mean of the clients' accuracies picks q = 0.001 (80.5)."""
+    assert pick(select_by="pooled_acc") == 0.0 and pick(select_by="local_acc_mean") == 0.001
 
 
 BASE = with_papers(yaml.safe_load((REPO / "config.yaml").read_text()), REPO / "config/papers")

@@ -1,5 +1,6 @@
 """Evaluation as the papers define it: the global model on the external test set (accuracy, per-class accuracy,
-class-level variance) and on every client's local test split (mean local accuracy, client-level variance)."""
+class-level variance) and on every client's local test split (mean local accuracy, client-level variance, and the
+pooled accuracy over all of those records as one set)."""
 
 from __future__ import annotations
 
@@ -24,12 +25,15 @@ def evaluate(ctx: Context) -> dict[str, Any]:
     local_idx = torch.cat(ctx.test_idx).to(ctx.device)
     groups = np.repeat(np.arange(ctx.num_clients), [len(t) for t in ctx.test_idx])
     local_pred = predict(ctx.model, ctx.train_set.x[local_idx], memory_format=mf).cpu().numpy()
-    local = group_accuracy(local_pred, ctx.train_set.y[local_idx].cpu().numpy(), groups, ctx.num_clients)
+    local_y = ctx.train_set.y[local_idx].cpu().numpy()
+    local = group_accuracy(local_pred, local_y, groups, ctx.num_clients)
     return {
         "global_acc": float(100.0 * (pred == y).mean()),
         "class_acc_variance": variance(per_class),
         "local_acc_mean": float(np.nanmean(local)) if np.isfinite(local).any() else math.nan,
         "client_acc_variance": variance(local),
+        # every client's local record at once: the training set's class mix (a tuning run's pooled validation)
+        "pooled_acc": float(100.0 * (local_pred == local_y).mean()) if len(local_y) else math.nan,
         "per_class_acc": per_class.tolist(),
         "local_acc": local.tolist(),
     }

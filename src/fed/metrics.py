@@ -7,11 +7,13 @@ import math
 import numpy as np
 
 # The per-round metrics a table may show (fed.evaluation computes them).
-METRICS = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance")
+METRICS = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance", "pooled_acc")
 LOWER_IS_BETTER = frozenset({"class_acc_variance", "client_acc_variance"})  # fairness: variances
 # Measured on the clients' local splits, which in a tuning run are validation splits carved from their training
-# data; global_acc and class_acc_variance read the external test set, so hyper-parameters are never chosen by them.
-VALIDATION_METRICS = ("local_acc_mean", "client_acc_variance")
+# data (pooled_acc: all of them as one set, whose class mix is the training set's, the validation analogue of
+# global_acc); global_acc and class_acc_variance read the external test set, so hyper-parameters are never chosen
+# by them.
+VALIDATION_METRICS = ("local_acc_mean", "client_acc_variance", "pooled_acc")
 
 
 def per_class_accuracy(pred: np.ndarray, y: np.ndarray, num_classes: int) -> np.ndarray:
