@@ -57,14 +57,9 @@ MUTANTS = [
         "flea",
     ),
     ("FLea_local_loss__mutmut_85", ALGO + "flea.py", "pick[:m], device=buf.features.device)", "pick[:m], )", "flea"),
-    (
-        "FLea_local_loss__mutmut_89",
-        ALGO + "flea.py",
-        "dtype=f.dtype, device=f.device)",
-        "dtype=f.dtype, device=None)",
-        "flea",
-    ),
-    ("FLea_local_loss__mutmut_92", ALGO + "flea.py", "dtype=f.dtype, device=f.device)", "dtype=f.dtype, )", "flea"),
+    # β's device: built in FLea.step_draws since the batched path (issue 41), the same mutants on today's line
+    ("FLea_local_loss__mutmut_89", ALGO + "flea.py", "beta.to(x.device)}", "beta.to(device=None)}", "flea"),
+    ("FLea_local_loss__mutmut_92", ALGO + "flea.py", "beta.to(x.device)}", "beta}", "flea"),
     (
         "x_contrastive_loss__mutmut_30",
         "losses.py",
@@ -132,10 +127,10 @@ MUTANTS = [
         "feddpms",
     ),
     (
-        "x_vae_loss__mutmut_20",
+        "x_vae_loss__mutmut_20",  # ε's device: drawn in FedDPMS.step_draws since the batched path (issue 41)
         ALGO + "feddpms.py",
-        "dtype=mu.dtype).to(mu.device)",
-        "dtype=mu.dtype).to(None)",
+        "weight.dtype).to(x.device)}",
+        "weight.dtype).to(None)}",
         "feddpms",
     ),
     (
