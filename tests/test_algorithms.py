@@ -65,11 +65,16 @@ def test_hyperparameters_cover_nested_settings_and_skip_state():
     assert hyperparameters(a)["zsdg"]["iterations"] == 5
     scaffold = build_algorithm("scaffold")
     scaffold.c = [torch.zeros(3)]  # method state, not a setting: it must not change a run's identity
-    assert hyperparameters(scaffold) == {"global_lr": 1.0, "correction": "after_step"}
+    assert hyperparameters(scaffold) == {"global_lr": 1.0, "correction": "after_step", "control_init": "zeros"}
     fedgen = build_algorithm("fedgen")
     before = hyperparameters(fedgen)
     fedgen._trained = True
     assert hyperparameters(fedgen) == before
     # a dict is a setting only when its keys are strings and its values plain (a run's identity is JSON)
     scaffold.table, scaffold.ids, scaffold.weights = {"a": [1, 2.5]}, {1: "a"}, {"w": torch.zeros(2)}
-    assert hyperparameters(scaffold) == {"global_lr": 1.0, "correction": "after_step", "table": {"a": [1, 2.5]}}
+    assert hyperparameters(scaffold) == {
+        "global_lr": 1.0,
+        "correction": "after_step",
+        "control_init": "zeros",
+        "table": {"a": [1, 2.5]},
+    }

@@ -13,15 +13,21 @@ from fed.algorithms.qffl import qffl_update
 ROUNDS = 3
 
 
-def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0):
+def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0, c0=None):
     """NIID-Bench ``train_net_scaffold`` + ``local_train_net_scaffold`` + the scaffold branch of ``main``: after
     each ``optimizer.step()`` (SGD with momentum ρ) the weights move by −lr·(c − c_i); option II with cnt steps;
     c += Σ Δc_i / N; the global model is the n_k-weighted mean (NIID-Bench has no η_g: with one, the paper's
-    x ← x + η_g (mean − x))."""
+    x ← x + η_g (mean − x)).
+
+    Initialisation: ``c0 = None`` starts c and every c_i at 0 (our default; Algorithm 1 takes them as inputs).
+    NIID-Bench itself starts them at a random network: ``c_global = init_nets(...)[0]``, then
+    ``c_nets[i].load_state_dict(c_global.state_dict())`` for every party, so c = c_i = c0 (pass its weights as
+    ``c0``)."""
     n_clients = ctx.num_clients
     x = [t.clone() for t in x0]
-    c = [torch.zeros_like(t) for t in x]
-    c_local = {k: [torch.zeros_like(t) for t in x] for k in range(n_clients)}
+    c0 = [torch.zeros_like(t) for t in x] if c0 is None else c0
+    c = [t.clone() for t in c0]
+    c_local = {k: [t.clone() for t in c0] for k in range(n_clients)}
     for r, selected in enumerate(sampled, start=1):
         states, sizes, total_delta = [], [], [torch.zeros_like(t) for t in x]
         for k in selected:
@@ -52,6 +58,8 @@ def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0):
 
 @pytest.mark.parametrize("global_lr", [1.0, 0.7, 2.0])
 def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
+    """NIID-Bench's update with c and every c_i starting at 0 (``control_init: zeros``, our default), not at
+    NIID-Bench's random network (``test_scaffold_random_net_init_is_niid_bench_s``)."""
     with float64():
         ctx = tiny_context(monkeypatch)
         x0 = params(ctx.model)
@@ -71,6 +79,40 @@ def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
 def test_scaffold_rejects_an_unknown_correction():
     with pytest.raises(ValueError, match="correction after_step\\|in_loss, got 'in_grad'"):
         build_algorithm("scaffold", correction="in_grad")
+    with pytest.raises(ValueError, match="control_init zeros\\|random_net, got 'ones'"):
+        build_algorithm("scaffold", control_init="ones")
+
+
+def test_scaffold_random_net_init_is_niid_bench_s(monkeypatch):
+    """``control_init: random_net``: c and every c_i start at the weights of a freshly initialised network, as in
+    NIID-Bench's scaffold branch of ``main`` (``c_global = init_nets(...)[0]``, loaded into every ``c_nets[i]``). The
+    network is drawn from the run's own stream (given, like the batch order). Under partial participation (3 of 5)
+    it changes the run: the zeros run differs from it after 2 rounds."""
+    rounds = 2
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(ctx.seed_int("scaffold_control_init"))
+            c0 = params(wiring_mlp(4, 3, 1))
+        scaffold = build_algorithm("scaffold", control_init="random_net")
+        sampled = run_rounds(ctx, scaffold, rounds)
+        x, c, c_local = niid_bench_scaffold(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, c0=c0)
+        zeros = tiny_context(monkeypatch)
+        run_rounds(zeros, build_algorithm("scaffold"), rounds)
+        resumed, before = build_algorithm("scaffold", control_init="random_net"), torch.get_rng_state()
+        resumed.setup(ctx)  # on resume: the same c0, and torch's global stream untouched
+        assert torch.equal(torch.get_rng_state(), before)
+        assert_close(resumed.c, c0, "c0 rebuilt on resume")
+    assert_close(params(ctx.model), x, "global model")
+    assert_close(scaffold.c, c, "server control variate c")
+    for k in sorted({k for s in sampled for k in s}):
+        assert_close(ctx.clients.load(k, rounds + 1)["c_i"], c_local[k], f"c_{k}")
+    assert all(t.abs().max() > 0 for t in c0) and not any(torch.equal(a, b) for a, b in zip(c0, x0))
+    assert len(set(map(tuple, sampled))) > 1  # partial participation: a client sampled once keeps c0 in between
+    gap = max(float((a - b).abs().max()) for a, b in zip(params(ctx.model), params(zeros.model)))
+    print(f"max |random_net - zeros| after {rounds} rounds: {gap:.3g}")
+    assert gap > 1e-3, gap
 
 
 def niid_bench_fednova(ctx, x0, sampled, lr, rho):

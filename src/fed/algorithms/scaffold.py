@@ -11,6 +11,15 @@ divergent above. NIID-Bench (whose SCAFFOLD DA-FL runs) subtracts η_l (c − c_
 ``optimizer.step()``; so do we (``correction: after_step``). ``correction: in_loss`` adds the linear term
 ⟨w, c − c_i⟩ to the loss instead (its gradient is the correction): the same update without momentum, through the
 momentum with it. c_i lives in the client store (on disk), c in the method state (checkpointed).
+
+Initialisation (``control_init``): Algorithm 1 takes the initial c and c_i as inputs; we start them at 0
+(``zeros``, the default). NIID-Bench (``experiments.py``, the scaffold branch of ``main``) builds ``c_global`` as a
+freshly initialised network and loads its weights into every client's ``c_nets[i]`` (``random_net``): c = c_i = w₀,
+a draw independent of the global model's. With every c_i equal to c the first correction is 0 either way, but a
+client not yet sampled keeps c_i = w₀, and c keeps (1 − |S|/N)·w₀ after the first round: under partial
+participation the runs differ. Our w₀ is a model of the run's architecture, initialised from its own stream
+(``ctx.seed_int("scaffold_control_init")``) and rebuilt identically on resume. NIID-Bench's c spans the whole
+``state_dict`` (BN buffers too); ours the parameters.
 """
 
 from __future__ import annotations
@@ -31,14 +40,23 @@ class Scaffold(Algorithm):
     name = "scaffold"
     vectorise = True
 
-    def __init__(self, global_lr: float = 1.0, correction: str = "after_step"):
+    def __init__(self, global_lr: float = 1.0, correction: str = "after_step", control_init: str = "zeros"):
         if correction not in ("after_step", "in_loss"):
             raise ValueError(f"scaffold: correction after_step|in_loss, got {correction!r}")
-        self.global_lr, self.correction = global_lr, correction
+        if control_init not in ("zeros", "random_net"):
+            raise ValueError(f"scaffold: control_init zeros|random_net, got {control_init!r}")
+        self.global_lr, self.correction, self.control_init = global_lr, correction, control_init
         self.c: list[torch.Tensor] | None = None
+        self._c0: list[torch.Tensor] | None = None  # every c_i before its client's first update
 
     def setup(self, ctx):
-        self.c = [torch.zeros_like(p) for p in ctx.model.parameters()]
+        if self.control_init == "zeros":
+            self._c0 = [torch.zeros_like(p) for p in ctx.model.parameters()]
+        else:  # NIID-Bench: the weights of a freshly initialised network, from a stream of its own
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(ctx.seed_int("scaffold_control_init"))
+                self._c0 = [p.detach().clone() for p in ctx.new_model().parameters()]
+        self.c = [t.clone() for t in self._c0]
 
     def local_loss(self, model, x, y, local, ctx):
         loss = super().local_loss(model, x, y, local, ctx)
@@ -55,7 +73,7 @@ class Scaffold(Algorithm):
     def client_update(self, ctx, client) -> ClientResult:
         ctx.model.load_state_dict(ctx.global_state)
         x_global = [p.detach().clone() for p in ctx.model.parameters()]
-        c_i = ctx.load_client_state(client).get("c_i") or [torch.zeros_like(c) for c in self.c]
+        c_i = ctx.load_client_state(client).get("c_i") or [t.clone() for t in self._c0]
         result = self.train_locally(
             ctx, client, *ctx.client_data(client), extra={"correction": [cg - ci for cg, ci in zip(self.c, c_i)]}
         )
