@@ -50,7 +50,8 @@ EXAMPLES = 8  # noisy means per class kept in the run's history for the figures
 def vae_loss(model, x, y, vae_weight: float, kld: str = "mean", eps: torch.Tensor | None = None):
     """Stage I's objective: CE + λ (KLD + MSE). MSE summed over pixels and averaged over the batch (the scale of the
     code's BCE summed over pixels / B); KLD averaged over the batch and the latent dimensions (``kld: mean``: the
-    code's ``.mean()``, Localupdate.py) or summed over them (``kld: sum``). The slides give no reduction.
+    code's ``.mean()``, Localupdate.py) or summed over them (``kld: sum``, the KL divergence of the d-dimensional
+    Gaussians as defined; the code's mean is 1/d of it).
     ``eps``: the reparameterisation's N(0, I) draw (``reparameterisation_noise``), drawn here when not given."""
     h = model.features(x).flatten(1)
     mu, logvar = model.extras["mu"](h), model.extras["logvar"](h)

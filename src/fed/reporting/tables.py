@@ -394,9 +394,8 @@ LEDGER_NOTES = {
 
 def privacy_table(cells: list[dict]) -> pd.DataFrame:
     """What left the clients per (dataset, partition, method) — the privacy ledger of each run's ``metrics.json``
-    (``shared``: counts of what was shared, and the guarantees stated for it: ε, δ, clipping), mean over seeds;
-    a guarantee that differs between seeds shows its largest value. Methods that share nothing but model updates
-    have an empty ledger."""
+    (``shared``: counts of what was shared, and the guarantees stated for it: ε, δ, clipping), the largest value
+    over seeds for every number. Methods that share nothing but model updates have an empty ledger."""
     rows = []
     for cell in cells:
         shared = json.loads(Path(cell["path"]).read_text()).get("shared", {})
