@@ -117,22 +117,9 @@ def make_cell(
 
 def write_partition(spec: dict, cfg_preset: dict, dataset: str, data_root: str, seed: int, out: Path) -> Path:
     """The partition file the ``partition`` rule writes for this preset, dataset, scheme and seed."""
-    from fed.config import for_dataset
-    from fed.data.datasets import load_labels
-    from fed.data.partition import make_partition
+    from fed.data.partition import write_partition as write
 
-    spec, preset = dict(spec), for_dataset(cfg_preset, dataset)
-    part = make_partition(
-        load_labels(dataset, data_root),
-        spec.pop("scheme"),
-        num_clients=preset.get("num_clients"),
-        avg_client_size=preset.get("avg_client_size"),
-        seed=seed,
-        local_test_fraction=preset["local_test_fraction"],
-        **spec,
-    )
-    out.write_text(json.dumps(part))
-    return out
+    return write(dataset, data_root, spec, cfg_preset, seed, out)
 
 
 # ---------------------------------------------------------------------------------------------- ours

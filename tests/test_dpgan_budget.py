@@ -7,6 +7,7 @@ import warnings
 
 import pytest
 import torch
+from test_dafl import _quiet, tiny_client  # noqa: F401 (_quiet: an autouse fixture)
 
 import fed.dpgan
 from fed.dpgan import PSGSettings, epsilon_after, steps_within_budget, train_psg
@@ -17,15 +18,7 @@ SETTINGS = {"rounds": 2, "batch_size": B, "width": 4, "epsilon": EPS0}  # 2 epoc
 
 
 def client(n=N):
-    g = torch.Generator().manual_seed(0)
-    return torch.rand(n, 1, 32, 32, generator=g) * 2 - 1, torch.randint(0, 3, (n,), generator=g)
-
-
-@pytest.fixture(autouse=True)
-def _quiet():
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # Opacus: secure RNG off, full backward hooks on non-grad inputs
-        yield
+    return tiny_client(n)
 
 
 @pytest.fixture(scope="module")

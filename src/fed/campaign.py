@@ -271,7 +271,7 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
 
         prepare(a["dataset"], a["root"], a["download"], a["synthetic"])
     elif job["kind"] == "partition":
-        from fed.runner import write_partition
+        from fed.data.partition import write_partition
 
         write_partition(a["dataset"], a["data_root"], a["spec"], a["preset"], a["seed"], a["out"])
     elif job["kind"] == "stage":

@@ -21,16 +21,10 @@ import torch
 
 from fed import checkpoint
 from fed.algorithms import build_algorithm
-from fed.config import FLConfig, MethodSpec, for_dataset
+from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import info as dataset_info
-from fed.data.datasets import load_dataset, load_labels
-from fed.data.partition import (
-    PartitionError,
-    make_partition,
-    num_clients_for_avg_size,
-    read_partition,
-    validation_split,
-)
+from fed.data.datasets import load_dataset
+from fed.data.partition import PartitionError, num_clients_for_avg_size, read_partition, validation_split
 from fed.dpgan import PSGSettings, to_gan_space, train_psg
 from fed.engine import Engine
 from fed.metrics import LOWER_IS_BETTER, VALIDATION_METRICS
@@ -68,26 +62,6 @@ def make_engine(
         label=cell_label(dataset, partition_file, method, seed),
         **engine_kwargs,
     )
-
-
-def write_partition(dataset: str, data_root: str | Path, spec: dict, preset: dict, seed: int, out: str | Path) -> None:
-    """The partition file of (preset, dataset, partition ``spec``, seed), written atomically: a killed job never
-    leaves a truncated partition behind."""
-    spec, preset = dict(spec), for_dataset(preset, dataset)
-    part = make_partition(
-        load_labels(dataset, data_root),
-        spec.pop("scheme"),
-        num_clients=preset.get("num_clients"),
-        avg_client_size=preset.get("avg_client_size"),
-        seed=seed,
-        local_test_fraction=preset["local_test_fraction"],
-        **spec,
-    )
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_text(json.dumps(part))
-    tmp.replace(out)
 
 
 def partition_spec(partition_file: str | Path) -> dict:

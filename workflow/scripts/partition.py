@@ -6,7 +6,7 @@ sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout
 
 from pathlib import Path
 
-from fed.runner import write_partition
+from fed.data.partition import write_partition
 
 write_partition(
     snakemake.wildcards.dataset,

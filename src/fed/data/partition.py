@@ -314,3 +314,27 @@ def _largest_remainder(shares: np.ndarray, total: int) -> list[int]:
     for i in np.argsort(-(raw - counts), kind="stable")[: total - counts.sum()]:
         counts[i] += 1
     return counts.tolist()
+
+
+def write_partition(dataset: str, data_root: str | Path, spec: dict, preset: dict, seed: int, out: str | Path) -> Path:
+    """The partition file of (preset, dataset, partition ``spec``, seed) as the ``partition`` rule writes it,
+    atomically: a killed job never leaves a truncated partition behind."""
+    from fed.config import for_dataset
+    from fed.data.datasets import load_labels
+
+    spec, preset = dict(spec), for_dataset(preset, dataset)
+    part = make_partition(
+        load_labels(dataset, data_root),
+        spec.pop("scheme"),
+        num_clients=preset.get("num_clients"),
+        avg_client_size=preset.get("avg_client_size"),
+        seed=seed,
+        local_test_fraction=preset["local_test_fraction"],
+        **spec,
+    )
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text(json.dumps(part))
+    tmp.replace(out)
+    return out
