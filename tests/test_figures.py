@@ -245,3 +245,24 @@ def test_caption_names_each_preset_and_a_figures_own_zsdg_budget():
         "ZSDG for this figure: 64 images per class, 200 iterations, lr 0.1"
     )
     assert figure_caption({"output": "fedzda/fig5"}, {"fedzda": {}}) == "fedzda/fig5 — fedzda: paper setting"
+
+
+def test_the_readme_heat_map_is_drawn_from_committed_cells(tmp_path):
+    """README's second picture (docs/img/headtohead_gain.png) is the pipeline's heat map of the committed head-to-head
+    (reference/headtohead_cpu), drawn without training, methods under their display names. To refresh the picture:
+    FEDREPRO_PICTURES=1 python -m pytest tests/test_figures.py -k readme_heat_map."""
+    import os
+    import shutil
+
+    from conftest import REPO, snakemake
+
+    target = "reports/figures/headtohead/gain_global_acc.png"
+    configs = [str(REPO / "config/headtohead.yaml"), str(REPO / "config/headtohead_cpu.yaml")]
+    snakemake(tmp_path, "--cores", "1", target, "--configfile", *configs)
+    gains = pd.read_csv(tmp_path / target.replace(".png", ".csv"))
+    assert {"FedProx", "Fed-ZDAC", "FedDPMS", "FLea"} <= set(gains.label)  # not the config's h2h_ keys
+    feddata = gains[(gains.label == "FedData") & (gains.regime == "all regimes")].iloc[0]
+    assert round(feddata["diff"], 2) == 12.0 and feddata["pairs"] == 18  # the committed board's pooled gain
+    assert not (tmp_path / "results").exists()  # nothing trained
+    if os.environ.get("FEDREPRO_PICTURES"):
+        shutil.copyfile(tmp_path / target, REPO / "docs/img/headtohead_gain.png")
