@@ -54,3 +54,12 @@ def test_a_tuned_cell_is_compared_without_the_point_it_chose_and_with_its_tuning
 def test_infinities_compare_as_metrics_json_stores_them():
     rec = record(method={"name": "d", "algorithm": "fedprox", "params": {"mu": 0.01, "epsilon": None}})
     assert reasons(rec, params={"mu": 0.01, "epsilon": float("inf")}) == []
+
+
+def test_a_tuned_local_setting_is_compared_without_the_value_it_chose():
+    """A tuning of FedAvg's lr (``protocol.lr``) records the chosen lr in the cell's settings: the cell stays current
+    for the config that tuned it, and stale for one that fixes another lr without tuning it."""
+    tune = {"grid": {"protocol.lr": [0.01, 0.05]}, "rounds": 5}
+    rec = record(config={**CONFIG, "lr": 0.05}, tuning={"tune": tune})
+    assert reasons(rec, tune=tune) == []
+    assert reasons(record(config={**CONFIG, "lr": 0.05})) == ["settings ['lr']"]

@@ -141,3 +141,31 @@ def test_the_authors_rule_is_a_valid_config_and_bad_rules_are_named():
         with pytest.raises(WorkflowError) as err:
             checked({"grid": GRID, "within": within})
         assert message in schema_error(err.value) and schema_error(err.value).startswith("methods.qffl.tune.within")
+
+
+def test_a_local_setting_is_tuned_through_the_method_s_protocol(tmp_path):
+    """``protocol.lr`` in a grid tunes the local learning rate (the head-to-head protocol tunes FedAvg's): each point
+    runs with it in its protocol, and the cell runs with the chosen one."""
+    from fed.runner import tuned
+
+    seen = []
+
+    class Run:
+        def __init__(self, method, rounds, validation_fraction, work_dir):
+            seen.append((method.params, method.protocol))
+            self.lr = method.protocol["lr"]
+
+        def run(self):
+            last = {"local_acc_mean": 50.0, "client_acc_variance": 1.0, "pooled_acc": {0.01: 70.0, 0.05: 75.0}[self.lr]}
+            return {"diverged": False, "last": last}
+
+    tune = {"grid": {"protocol.lr": [0.01, 0.05]}, "rounds": 5, "select_by": "pooled_acc"}
+    spec = MethodSpec.from_config("fedavg_t", {"algorithm": "fedavg", "protocol": {"momentum": 0.5}, "tune": tune})
+    run_tuning(StageJob(Stage.of("tuning", method="fedavg_t"), "fmnist", tmp_path / "t.pt", None, Run, spec, tmp_path))
+    assert seen == [({}, {"momentum": 0.5, "lr": 0.01}), ({}, {"momentum": 0.5, "lr": 0.05})]
+    method, record = tuned(spec, {"tuning": tmp_path / "t.pt"})
+    assert record["chosen"] == {"protocol.lr": 0.05}
+    assert method.protocol == {"momentum": 0.5, "lr": 0.05} and method.params == {}
+    assert checked({"grid": {"protocol.lr": [0.01, 0.05]}}) == []
+    with pytest.raises(ValueError, match=r"protocol keys \['nope'\] are not local training settings"):
+        checked({"grid": {"protocol.nope": [1, 2]}})

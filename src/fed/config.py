@@ -150,6 +150,18 @@ class MethodSpec:
         grid = self.tune["grid"]
         return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
 
+    def at(self, point: dict[str, Any], name: str | None = None) -> MethodSpec:
+        """The method at a point of its ``tune.grid``: ``protocol.<key>`` sets a local training setting (e.g.
+        ``protocol.lr``, FedAvg's learning rate), any other key a parameter of the method."""
+        protocol = {k.removeprefix(PROTOCOL_KEY): v for k, v in point.items() if k.startswith(PROTOCOL_KEY)}
+        params = {k: v for k, v in point.items() if not k.startswith(PROTOCOL_KEY)}
+        return dataclasses.replace(
+            self, name=name or self.name, params=self.params | params, protocol=self.protocol | protocol
+        )
+
+
+PROTOCOL_KEY = "protocol."  # a tune.grid key with this prefix tunes a local training setting (MethodSpec.at)
+
 
 # ``tune:`` of a method: grid (param -> values, required), rounds (null: the preset's), the fraction of each
 # client's training split held out for validation, and the validation metric that picks the point; optional

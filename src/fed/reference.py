@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from fed.config import PROTOCOL_KEY
+
 # settings that change no number of a cell: labels, where checkpoints go and how often, and which round a table
 # reports (every metrics.json holds both the last and the best round); the device and the batched path change
 # rounding only, like the CPU (the cell records them: machine, batched_clients)
@@ -41,14 +43,15 @@ def stale_reasons(
     reasons = []
     recorded = {**json_safe(defaults or {}), **json_safe(record.get("config", {}))}
     wanted = json_safe(config)
-    keys = (recorded.keys() | wanted.keys()) - NEUTRAL
+    method, tuning = record.get("method", {}), record.get("tuning")
+    grid = tuning["tune"]["grid"] if tuning else {}
+    chosen = {k.removeprefix(PROTOCOL_KEY) for k in grid if k.startswith(PROTOCOL_KEY)}  # settings a tuning chose
+    keys = (recorded.keys() | wanted.keys()) - NEUTRAL - chosen
     if changed := sorted(k for k in keys if recorded.get(k) != wanted.get(k)):
         reasons.append(f"settings {changed}")
-    method, tuning = record.get("method", {}), record.get("tuning")
     params = dict(method.get("params", {}))
-    if tuning:  # a tuned cell records the point it chose beside the configured parameters
-        for key in tuning["tune"]["grid"]:
-            params.pop(key, None)
+    for key in grid:  # a tuned cell records the point it chose beside the configured parameters
+        params.pop(key, None)
     if method.get("algorithm") != algorithm or json_safe(params) != json_safe(method_params):
         reasons.append("method parameters")
     if json_safe(tuning["tune"] if tuning else None) != json_safe(tune):

@@ -147,7 +147,7 @@ def run_tuning(job: StageJob) -> None:
     for point in spec.grid():
         variant = "-".join(f"{k}{v}" for k, v in point.items())
         run = job.engine(
-            MethodSpec(f"{spec.name}-{variant}", spec.algorithm, spec.params | point),
+            spec.at(point, f"{spec.name}-{variant}"),
             rounds=tune["rounds"],
             validation_fraction=tune["validation_fraction"],
             work_dir=job.work_dir / variant,
@@ -195,7 +195,7 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
     if not stages or "tuning" not in stages:
         return method, None
     record = checkpoint.load_file(stages["tuning"], "cpu", "tuning stage")
-    return dataclasses.replace(method, params=method.params | record["chosen"]), record
+    return method.at(record["chosen"]), record
 
 
 def run_dp_cgan(job: StageJob) -> None:
@@ -275,6 +275,7 @@ def run_stage(
     def engine(method: str | MethodSpec, rounds: int | None = None, **kwargs) -> Engine:
         run_cfg = cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)
         spec = method if isinstance(method, MethodSpec) else MethodSpec(method, method)
+        run_cfg = run_cfg.with_protocol(spec.protocol, spec.name)  # a tuning point's own (MethodSpec.at)
         kwargs = {"work_dir": work_dir, "progress": progress} | kwargs
         return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 

@@ -44,13 +44,20 @@ def check_config(config: dict[str, Any]) -> list[str]:
             )
         elif algo in ALGORITHMS:
             points = sweep_variants(name, spec).values() if "sweep" in spec else [spec]
+            protocols = [spec.get("protocol")]
             if "tune" in spec:
                 errors += [f"method {name!r}: {e}" for e in tune_errors(spec)]
-                points = [spec | point for point in MethodSpec.from_config(name, spec).grid()]
-            try:
-                FLConfig().with_protocol(spec.get("protocol"), f"method {name!r}")
-            except ValueError as err:
-                errors.append(str(err))
+                tuned = [
+                    MethodSpec.from_config(name, spec).at(point) for point in MethodSpec.from_config(name, spec).grid()
+                ]
+                points = [spec | t.params for t in tuned]
+                protocols = [t.protocol for t in tuned]  # a grid's protocol.<key> points: local settings
+            for protocol in protocols:
+                try:
+                    FLConfig().with_protocol(protocol, f"method {name!r}")
+                except ValueError as err:
+                    errors.append(str(err))
+                    break
             if (model := (spec.get("protocol") or {}).get("model")) is not None and model not in MODELS:
                 errors.append(f"method {name!r}: unknown protocol model {model!r}; valid choices: {sorted(MODELS)}")
             for point in points:
