@@ -37,6 +37,7 @@ BATCHED = {
     "qffl": ("qffl", {"q": 0.7}),
     "ccvr": ("ccvr", {}),
     "feddata": ("feddata", {"share_fraction": 0.3}),
+    "fedavg_matched": ("fedavg_matched", {"share_fraction": 0.3}),
     "fedzdac": ("fedzdac", {"zsdg": {"per_class": 2, "iterations": 3}, "start_round": 2}),
     "fedzdas": ("fedzdas", {"zsdg": {"per_class": 2, "iterations": 3}, "start_round": 2}),
     "moon": ("moon", {"mu": 0.8, "tau": 0.7, "projection_dim": 3}),

@@ -194,6 +194,34 @@ def test_feddata_clients_train_on_their_data_and_the_gathered_share(monkeypatch,
     assert_state(state_of(ctx.model), state, "global model")
 
 
+# ------------------------------------------------------------------ FedAvg, step-matched to FedData
+def test_step_matched_fedavg_trains_its_own_data_for_feddata_s_steps(monkeypatch):
+    """docs/headtohead-protocol.md, section 4: client k trains E_k = ⌈E·⌈(n_k + S_k)/B⌉ / ⌈n_k/B⌉⌉ epochs of FedAvg on
+    its own data, S_k = Σ_j ⌈α·n_j⌉. On the wiring problem (n = 6, 9, 7, 8, 6; B = 4; E = 2; α = 0.3): S = 2+3+3+3+2
+    = 13, so E_k = ⌈2·5/2⌉, ⌈2·6/3⌉, ⌈2·5/2⌉, ⌈2·6/2⌉, ⌈2·5/2⌉ = 5, 4, 5, 6, 5, by hand; FedData's steps are 10, 12,
+    10, 12, 10 and the matched ones 10, 12, 10, 12, 10: equal here."""
+    epochs = [5, 4, 5, 6, 5]
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        state = state_of(ctx.model)
+        matched = build_algorithm("fedavg_matched", share_fraction=0.3)
+        assert [matched.epochs(ctx, k) for k in range(ctx.num_clients)] == epochs
+        sampled = run_rounds(ctx, matched, ROUNDS)
+        for r, selected in enumerate(sampled, start=1):
+            results = []
+            for k in selected:
+                x, y = ctx.client_data(k)
+                order = shuffled(ctx.rng("shuffle", r, k), len(y), epochs[k], ctx.cfg.batch_size)
+                net = wiring_mlp(4, 3, 1)
+                net.load_state_dict(state)
+                sgd(net, net.parameters(), x, y, order, net, ctx.cfg.lr, ctx.cfg.momentum)
+                results.append((state_of(net), len(y)))
+            state = fedavg_aggregate([s for s, _ in results], aggregate_weights(ctx, [n for _, n in results]))
+    assert_state(state_of(ctx.model), state, "global model")
+    # without its own share client 3 (n = 8) receives 13 − 3 = 10 records: ⌈2·⌈18/4⌉/⌈8/4⌉⌉ = 5 epochs, not 6
+    assert build_algorithm("fedavg_matched", share_fraction=0.3, own_share=False).epochs(ctx, 3) == 5
+
+
 # ------------------------------------------------------------------ FedBR
 class FedBRNet(nn.Module):
     """The authors' FedBR network: featurizer φ, classifier, discriminator P (our ``extras.projection``)."""

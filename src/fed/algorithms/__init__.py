@@ -6,6 +6,7 @@ from fed.algorithms.ccvr import CCVR
 from fed.algorithms.centralized import Centralized
 from fed.algorithms.dafl import DAFL
 from fed.algorithms.fedavg import FedAvg
+from fed.algorithms.fedavg_matched import FedAvgMatched
 from fed.algorithms.fedbr import FedBR
 from fed.algorithms.feddata import FedData
 from fed.algorithms.feddecorr import FedDecorr
@@ -43,6 +44,7 @@ ALGORITHMS: dict[str, type[Algorithm]] = {
         CCVR,
         FedGen,
         FedData,
+        FedAvgMatched,
         DAFL,
         FedDPMS,
         FLea,

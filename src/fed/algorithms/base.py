@@ -112,8 +112,10 @@ class Algorithm:
         y: torch.Tensor,
         extra: dict[str, Any] | None = None,
         streams: dict[str, Any] | None = None,
+        epochs: int | None = None,
     ) -> ClientResult:
-        """``local_epochs`` of mini-batch SGD over ``local_loss`` on (x, y), from the state ``ctx.model`` holds."""
+        """``local_epochs`` (or ``epochs``) of mini-batch SGD over ``local_loss`` on (x, y), from the state
+        ``ctx.model`` holds."""
         model = ctx.model
         local = LocalContext(client, [p.detach().clone() for p in model.parameters()], extra or {}, {}, streams or {})
         overridden = type(self).after_step is not Algorithm.after_step
@@ -123,6 +125,7 @@ class Algorithm:
             y,
             self.objective(model, local, ctx),
             ctx.rng("shuffle", ctx.round, client),
+            epochs,
             after_step=(lambda: self.after_step(model, local, ctx)) if overridden else None,
             objective=(self, local),
         )
