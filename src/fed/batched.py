@@ -126,13 +126,15 @@ class BatchedRound:
         if thread.error is not None:
             raise thread.error
 
-    def defer(self, request: Request) -> LocalStats | None:
-        """From a client's thread: wait until the request is trained, then continue with its trained state.
-        None when called from outside a client (the caller trains alone)."""
+    def defer(self, model, x, y, generator, settings: SGDSettings, objective, after_step: bool) -> LocalStats | None:
+        """From a client's thread (``Context.train`` with ``objective`` = (method, LocalContext)): wait until its
+        local training is trained with the round's other clients, then continue with its trained state. None when
+        called from outside a client (the caller trains alone)."""
         thread = getattr(_current, "client", None)
         if thread is None or thread.owner is not self:
             return None
-        request.rng = _rng_state()
+        start = {k: v.detach().clone() for k, v in model.state_dict().items()}
+        request = Request(model, start, x, y, generator, settings, *objective, after_step, _rng_state())
         thread.request = request
         thread.waiting.set()
         thread.go.wait()
@@ -214,8 +216,6 @@ def _prefixed(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
 
 
 def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: Context) -> None:
-    from fed.algorithms.base import Algorithm, LocalContext
-
     first, s = group[0], group[0].settings
     spec, leaves, dims = locals_
     objective = _Objective(first.model, first.algorithm, ctx)
@@ -230,7 +230,8 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
 
     def local_of(flat, draws):
         global_params, extra = pytree.tree_unflatten(flat, spec)
-        return LocalContext(None, global_params, extra, draws)  # a batched objective has no single client id
+        # a batched objective has no single client id, and no streams (they are step_draws')
+        return replace(first.local, client=None, global_params=global_params, extra=extra, draws=draws, streams={})
 
     def loss(p, b, x, y, flat, draws):
         out = functional_call(objective, _prefixed(p) | _prefixed(b), (local_of(flat, draws), x, y), tie_weights=False)
@@ -244,7 +245,6 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
 
     step_fn = vmap(grad(loss, has_aux=True), in_dims=(0, 0, 0, 0, dims, 0))
     after_fn = vmap(after, in_dims=(0, dims))
-    draws = type(first.algorithm).step_draws is not Algorithm.step_draws
     ctx.global_model()  # a teacher some objectives call: built here, as its initialisation draws random numbers
     first.model.train()
     for t in itertools.count():
@@ -252,7 +252,7 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
         if not active:
             break
         batch = {i: (group[i].x[plans[i][t]], group[i].y[plans[i][t]]) for i in active}
-        drawn = {i: _draw(group[i], *batch[i], ctx) if draws else {} for i in active}  # each from its own streams
+        drawn = {i: _draw(group[i], *batch[i], ctx) for i in active}  # each from its own streams
         by_shape: dict[tuple, list[int]] = {}  # one computation per batch size (and shape of the draws)
         for i in active:
             key = (len(batch[i][1]), *((k, v.shape, v.dtype) for k, v in drawn[i].items()))

@@ -29,7 +29,6 @@ import numpy as np
 import torch
 from torch import nn
 
-from fed.batched import BatchedRound, Request
 from fed.client_store import ClientStore
 from fed.config import FLConfig
 from fed.data.datasets import TensorDataset
@@ -72,7 +71,7 @@ class Context:
         self.model = self.new_model()
         self.global_state: State = state_copy(self.model)
         self._global_model: tuple[int, nn.Module] | None = None
-        self.batched: BatchedRound | None = None  # set by run_round while the round's clients train together
+        self.batched = None  # a fed.batched.BatchedRound, set by run_round while the round's clients train together
 
     # ---------------------------------------------------------------- random streams
     def seed_int(self, purpose: str, *keys: int) -> int:
@@ -157,8 +156,7 @@ class Context:
         trains together with the round's other clients."""
         s = self.sgd_settings(epochs, lr)
         if objective is not None and self.batched is not None:
-            request = Request(model, state_copy(model), x, y, generator, s, *objective, after_step is not None)
-            if (stats := self.batched.defer(request)) is not None:
+            if (stats := self.batched.defer(model, x, y, generator, s, objective, after_step is not None)) is not None:
                 return stats
         return local_sgd(model, x, y, loss_fn, generator, s, after_step)
 
