@@ -245,6 +245,8 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
 
     step_fn = vmap(grad(loss, has_aux=True), in_dims=(0, 0, 0, 0, dims, 0))
     after_fn = vmap(after, in_dims=(0, dims))
+    # whether the method draws per step (overrides Algorithm.step_draws): else no random state is swapped per step
+    draws = type(first.algorithm).step_draws.__qualname__ != "Algorithm.step_draws"
     ctx.global_model()  # a teacher some objectives call: built here, as its initialisation draws random numbers
     first.model.train()
     for t in itertools.count():
@@ -252,7 +254,7 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
         if not active:
             break
         batch = {i: (group[i].x[plans[i][t]], group[i].y[plans[i][t]]) for i in active}
-        drawn = {i: _draw(group[i], *batch[i], ctx) for i in active}  # each from its own streams
+        drawn = {i: _draw(group[i], *batch[i], ctx) if draws else {} for i in active}  # each from its own streams
         by_shape: dict[tuple, list[int]] = {}  # one computation per batch size (and shape of the draws)
         for i in active:
             key = (len(batch[i][1]), *((k, v.shape, v.dtype) for k, v in drawn[i].items()))

@@ -25,6 +25,10 @@ def mean_batches(
 
 
 def share_subset(n: int, fraction: float, generator: torch.Generator) -> torch.Tensor:
-    """Indices of the ``ceil(fraction·n)`` samples (at least one) a client shares, without replacement."""
-    k = min(n, max(1, math.ceil(fraction * n)))
-    return torch.randperm(n, generator=generator)[:k]
+    """Indices of the ``share_size(n, fraction)`` samples a client shares, without replacement."""
+    return torch.randperm(n, generator=generator)[: share_size(n, fraction)]
+
+
+def share_size(n: int, fraction: float) -> int:
+    """How many of its n samples a client shares: ``ceil(fraction·n)``, at least one."""
+    return min(n, max(1, math.ceil(fraction * n)))

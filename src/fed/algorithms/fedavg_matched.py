@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 
 from fed.algorithms.base import Algorithm
+from fed.sharing import share_size
 
 
 class FedAvgMatched(Algorithm):
@@ -29,7 +30,7 @@ class FedAvgMatched(Algorithm):
     def epochs(self, ctx, client: int) -> int:
         """E_k: FedData's local steps for this client, in epochs of its own data (rounded up)."""
         sizes, b = ctx.client_sizes(), ctx.cfg.batch_size
-        shares = [min(n, max(1, math.ceil(self.share_fraction * n))) for n in sizes]  # fed.sharing.share_subset's
+        shares = [share_size(n, self.share_fraction) for n in sizes]  # what FedData's clients share
         n = sizes[client]
         received = sum(shares) - (0 if self.own_share else shares[client])
         return math.ceil(ctx.cfg.local_epochs * math.ceil((n + received) / b) / math.ceil(n / b))
