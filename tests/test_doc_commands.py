@@ -1,10 +1,11 @@
 """Every command the documentation shows works as written (issue 26).
 
-The shell commands of README.md, docs/*.md, config/README.md and the config files' comments are extracted and
-checked without running them: a Snakemake command through Snakemake's own argument parser (every ``--configfile``
-is an existing YAML mapping, so a target written after ``--configfile`` is caught; the configs pass ``fed check``;
-a command with targets is dry-run), a ``fed`` command by its subcommand, a ``python`` command by its file or module
-and ``--help``. Commands that install, start a server or run the suite are listed in ``NOT_CHECKED`` with why.
+The shell commands of README.md, docs/**/*.md (the results pages under docs/results/ included), config/README.md
+and the config files' comments are extracted and checked without running them: a Snakemake command through
+Snakemake's own argument parser (every ``--configfile`` is an existing YAML mapping, so a target written after
+``--configfile`` is caught; the configs pass ``fed check``; a command with targets is dry-run), a ``fed`` command by
+its subcommand, a ``python`` command by its file or module and ``--help``. Commands that install, start a server
+or run the suite are listed in ``NOT_CHECKED`` with why.
 """
 
 import functools
@@ -19,7 +20,7 @@ import pytest
 import yaml
 from conftest import REPO, snakemake
 
-DOCS = [REPO / "README.md", REPO / "config/README.md", *sorted((REPO / "docs").glob("*.md"))]
+DOCS = [REPO / "README.md", REPO / "config/README.md", *sorted((REPO / "docs").rglob("*.md"))]
 CONFIGS = sorted((REPO / "config").rglob("*.yaml"))
 PROGRAMS = ("snakemake", "fed", "python")
 NOT_CHECKED = {  # first words → why a test does not run them
@@ -164,7 +165,7 @@ def test_a_target_after_configfile_is_caught(tmp_path):
 
 def test_the_extraction_finds_the_commands():
     found = {c for _, c in documented()}
-    assert "snakemake --cores 2 --configfile config/fmnist.yaml" in found  # README and docs/results.md
+    assert "snakemake --cores 2 --configfile config/fmnist.yaml" in found  # README and docs/results/fedzda.md
     assert "snakemake --cores 2 --configfile config/flea_quick.yaml config/flea_sweeps_quick.yaml" in found
     assert commands_in_markdown("```bash\nsnakemake -n \\\n  --cores 1   # dry\n```") == ["snakemake -n --cores 1"]
     assert commands_in_config("#   snakemake --cores 2 --configfile config/x.yaml  # 5 min") == [

@@ -205,12 +205,13 @@ def test_the_committed_flea_cut_check_is_current():
         assert check.cell_path(**c).startswith(str(REPO / "reference/headtohead_cpu/runs/headtohead_cpu_block2/")), c
 
 
-def test_results_md_shows_the_glance_table_the_committed_cells_give(cpu):
-    """docs/results.md's head-to-head table is the leaderboard's first table (``fed.reporting.leaderboard.matrix``)
-    built from the committed cells: a regime landed without refreshing the docs, or a hand-edited number, fails."""
+def test_the_results_page_shows_the_glance_table_the_committed_cells_give(cpu):
+    """docs/results/headtohead.md's leaderboard is the leaderboard's first table
+    (``fed.reporting.leaderboard.matrix``) built from the committed cells: a regime landed without refreshing the
+    docs, or a hand-edited number, fails."""
     from fed.reporting import leaderboard as lb
 
-    assert lb.matrix(_board(cpu)).to_markdown(index=False) in (REPO / "docs/results.md").read_text()
+    assert lb.matrix(_board(cpu)).to_markdown(index=False) in (REPO / "docs/results/headtohead.md").read_text()
 
 
 def test_the_fedlc_absent_check_changes_only_the_rule_and_is_committed(cpu):
@@ -279,8 +280,8 @@ def test_the_3h_overlay_drops_regimes_and_nothing_else(cpu):
 
 
 def cpu_comparison(epyc, xeon) -> str:
-    """docs/results.md's table of the 3 h overlay on two CPUs: per method (the baseline left out) and regime (all
-    regimes last) the difference to FedAvg, committed / Xeon, * significant after Holm."""
+    """docs/results/headtohead.md's table of the 3 h overlay on two CPUs: per method (the baseline left out) and
+    regime (all regimes last) the difference to FedAvg, committed / Xeon, * significant after Holm."""
     import pandas as pd
 
     from fed.reporting import leaderboard as lb
@@ -298,7 +299,7 @@ def test_the_3h_overlay_on_another_cpu_moves_cells_not_its_pooled_verdicts():
     Xeon (the committed ones: earlier sessions' machine), same code, settings, seeds and partitions. The two CPUs round
     differently, so the cells are not bitwise equal; the pooled leaderboard keeps its significant methods and their
     signs (and every method more than 1 pp from FedAvg keeps its sign), each pooled difference within 0.7 pp.
-    docs/results.md shows the comparison as these cells give it."""
+    docs/results/headtohead.md ("The same cells on another CPU") shows the comparison as these cells give it."""
     names = ("headtohead", "headtohead_cpu", "headtohead_cpu_3h")
     epyc = Grid.from_files([REPO / f"config/{f}.yaml" for f in names], REPO)
     xeon = Grid.from_files([REPO / f"config/{f}.yaml" for f in (*names, "headtohead_cpu_3h_xeon")], REPO)
@@ -317,4 +318,4 @@ def test_the_3h_overlay_on_another_cpu_moves_cells_not_its_pooled_verdicts():
     clear = (pooled_a["diff"].abs() > 1) | (pooled_b["diff"].abs() > 1)
     assert clear.sum() == 7 and (pooled_a["diff"][clear] > 0).equals(pooled_b["diff"][clear] > 0)
     assert (pooled_a["diff"] - pooled_b["diff"]).abs().max() < 0.7
-    assert cpu_comparison(a, b) in (REPO / "docs/results.md").read_text()
+    assert cpu_comparison(a, b) in (REPO / "docs/results/headtohead.md").read_text()

@@ -135,8 +135,8 @@ def test_a_table_of_several_machines_says_so_and_no_verdict_rests_on_rounding(tm
 
 def test_the_committed_rerun_on_an_avx2_cpu_records_it_and_is_current():
     """reference/headtohead_cpu_avx2: one head-to-head cell re-run by the pipeline and exported with its machine
-    (docs/results.md, "The same cells on another CPU"); it stands for the CPU overlay's cell, and differs from the
-    committed one (another CPU) and from the Xeon's by rounding only."""
+    (docs/results/headtohead.md, "The same cells on another CPU"); it stands for the CPU overlay's cell, and differs
+    from the committed one (another CPU) and from the Xeon's by rounding only."""
     config, _ = checked_files([str(REPO / f"config/{f}.yaml") for f in ("headtohead", "headtohead_cpu")], REPO)
     grid = Grid({**config, "reference_dir": "reference/headtohead_cpu_avx2"}, root=REPO)
     key = ("headtohead_cpu", "fmnist", "h2h_dir0.1", "fedavg", 0)

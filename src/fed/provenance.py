@@ -1,7 +1,7 @@
 """Where a cell ran: the machine facts behind its last bits. Kernels of another instruction set round float32
-differently, so the same cell on another CPU differs by rounding (docs/results.md, "The same cells on another
-CPU": mean 0.31 pp, at most 2.8 pp a cell). Recorded in ``metrics.json`` and as MLflow tags, never part of a run's
-identity (``fed.identity.NOT_NUMERIC``): recording another fact re-runs and stales nothing."""
+differently, so the same cell on another CPU differs by rounding (docs/results/headtohead.md, "The same cells on
+another CPU": mean 0.31 pp, at most 2.8 pp a cell). Recorded in ``metrics.json`` and as MLflow tags, never part of
+a run's identity (``fed.identity.NOT_NUMERIC``): recording another fact re-runs and stales nothing."""
 
 from __future__ import annotations
 
@@ -71,5 +71,5 @@ def mix_note(kinds: list[str]) -> str:
     parts = ", ".join(f"{n} on {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return (
         f"Mixed machines: {parts} cells; kernels of another instruction set or device round float32 differently "
-        "(docs/results.md, 'The same cells on another CPU')."
+        "(docs/results/headtohead.md, 'The same cells on another CPU')."
     )

@@ -167,7 +167,7 @@ def select_point(scores: list[dict[str, Any]], tune: dict[str, Any]) -> dict[str
     or a grid point, e.g. ``{q: 0.0}``. Fairness at a bounded accuracy cost, for q-FFL: ``select_by:
     client_acc_variance, within: {metric: local_acc_mean, tolerance: 1.0, of: {q: 0.0}}`` — the lowest variance whose
     mean accuracy is within 1 pp of q = 0 (FedAvg); the authors' code selects nothing (q is fixed per dataset in its
-    scripts), and that their paper states this rule is not verified (docs/results.md, "Why we differ").
+    scripts), and that their paper states this rule is not verified (docs/results/fedzda.md, "Why we differ").
     ``scores`` as run_tuning writes them (older records hold local_acc_mean only)."""
 
     def good(metric: str, score: dict[str, Any]) -> float:  # higher is better

@@ -70,7 +70,7 @@ class FedZDAC(_ZeroShotAugmentation):
     """Every sampled client inverts the same global model M_G,t-1, so with ``batch_clients`` their ZSDG batches are
     optimised in one pass at the round's first client update (same result as one by one, to rounding). ``"auto"``
     (default) batches on a GPU only: there it measured 9x faster than client by client, on one CPU thread 0.55-0.76x
-    as fast (benchmarks/zsdg_time.py, docs/results.md)."""
+    as fast (benchmarks/zsdg_time.py, docs/results/performance.md)."""
 
     name = "fedzdac"
     vectorise = True

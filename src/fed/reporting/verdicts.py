@@ -15,8 +15,9 @@ Per cell, in this order of precedence:
 - otherwise ``above paper`` or ``below paper``.
 
 A table whose cells ran on more than one kind of machine (``fed.provenance.kind``: CPU kernel set or GPU) raises the
-floor to ``cross_machine`` (default 2.8 pp: the largest change of a cell moved to another CPU that docs/results.md
-measured, "The same cells on another CPU"): no verdict rests on a difference that rounding alone can make.
+floor to ``cross_machine`` (default 2.8 pp: the largest change of a cell moved to another CPU that
+docs/results/headtohead.md measured, "The same cells on another CPU"): no verdict rests on a difference that
+rounding alone can make.
 
 A paper value read off a figure (``fed.reporting.digitise``) carries its reading uncertainty: it widens the
 tolerance by that much, and the verdict says "read from a figure".
