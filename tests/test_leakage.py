@@ -36,16 +36,12 @@ def test_dcr_and_closer_to_train_by_hand():
 
 def test_each_distinct_nearest_record_counts_once_by_hand():
     """Hubs: five artifacts near one held-out record are one piece of evidence, not five."""
-    from types import SimpleNamespace
 
     from fed.leakage import Shared, rates
 
     x = torch.tensor([[0.0, 0.0], [10.0, 0.0], [20.0, 0.0], [0.0, 10.0], [50.0, 50.0], [90.0, 90.0]])
-    ctx = SimpleNamespace(
-        train_idx=[torch.tensor([0, 1, 2]), torch.tensor([4])],
-        test_idx=[torch.tensor([3]), torch.tensor([5])],
-        samples=lambda idx: (x[idx], None),
-    )
+    y = torch.zeros(6, dtype=torch.long)  # one class: the per-class null is the per-client one
+    ctx = tiny_ctx(x, y, [[0, 1, 2], [4]], [[3], [5]])
     near_3 = torch.tensor([[0.0, 9.0], [0.1, 9.0], [0.0, 9.5], [0.2, 9.2], [0.0, 9.9]])  # all nearest to 3 (held out)
     a = torch.cat([near_3, torch.tensor([[10.0, 0.1], [0.0, 5.0]])])  # nearest to 1 (train); a tie of 0 and 3
     out = rates([Shared("k", 0, a)], ctx)["k"]
@@ -57,6 +53,55 @@ def test_each_distinct_nearest_record_counts_once_by_hand():
     pooled = rates([Shared("m", -1, torch.tensor([[60.0, 60.0], [89.0, 89.0]]))], ctx)["m"]
     assert pooled["chance"] == pytest.approx(4 / 6) and pooled["closer_to_train_distinct"] == 0.5
     assert pooled["leakage"] == pytest.approx((0.5 - 4 / 6) / (1 - 4 / 6))
+
+
+def tiny_ctx(x, y, train, held, num_classes=2):
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        train_idx=[torch.tensor(i) for i in train],
+        test_idx=[torch.tensor(i) for i in held],
+        samples=lambda idx: (x[idx], y[idx]),
+        train_set=SimpleNamespace(y=y),
+        num_classes=num_classes,
+        seed_int=lambda *keys: 0,
+    )
+
+
+def test_the_null_is_per_class_and_a_class_held_on_one_side_is_left_out_by_hand():
+    """Client 0 holds class 0 as 2 training records and 2 held out, class 1 as 4 training records only: an artifact
+    of class 1 finds a training record whatever it carries. Per client that is a hit at chance 6/8; per class it is
+    no evidence (left out), and the class-0 artifacts are tested at chance 2/4."""
+    from fed.leakage import Shared, rates
+
+    x = torch.tensor([[0.0, 0], [0, 10], [1, 0], [1, 10], [50, 0], [50, 10], [60, 0], [60, 10]])
+    y = torch.tensor([0, 0, 0, 0, 1, 1, 1, 1])
+    ctx = tiny_ctx(x, y, [[0, 1, 4, 5, 6, 7]], [[2, 3]])
+    a = torch.tensor([[0.1, 0], [0.9, 10], [50, 0.1], [60, 9.9]])  # nearest: 0 (train), 3 (held), 4, 7 (train)
+    out = rates([Shared("k", 0, a)], ctx)["k"]
+    assert out["distinct_nearest"] == 2 and out["records_left_out"] == 2
+    assert out["closer_to_train_distinct"] == 0.5 and out["chance"] == 0.5 and out["leakage"] == 0.0
+    assert out["chance_client"] == 0.75 and out["leakage_client"] == pytest.approx((3 / 4 - 3 / 4) / (1 / 4))
+    lo, hi = out["leakage_ci"]
+    assert lo <= out["leakage"] <= hi and lo >= -1 and hi <= 1
+    assert out["attack_strata_left_out"] == 1  # the attack's (client 0, class 1) has no held-out record either
+
+
+def test_the_attack_scores_records_by_their_distance_to_the_closest_artifact_by_hand():
+    """Members at 0.25 and 0.75 from the closest artifact, held-out records at 0.5 and 1: sorted, m n m n, the best
+    threshold passes one member and no held-out record: advantage .5 (the same after calibration, one class)."""
+    from fed.leakage import Shared, rates
+
+    x = torch.tensor([[0.0, 0], [0, 10], [0, 20], [0, 30], [9, 9]])
+    y = torch.zeros(5, dtype=torch.long)
+    ctx = tiny_ctx(x, y, [[0, 1]], [[2, 3]], num_classes=1)
+    a = torch.tensor([[0.25, 0], [0.75, 10], [0.5, 20], [1, 30]])
+    out = rates([Shared("k", 0, a)], ctx)["k"]
+    assert out["attack_records"] == 4 and out["attack_strata_left_out"] == 0
+    assert out["advantage"] == 0.5
+    # made from record 0 only (Shared.members): 0 against 2, 3 separates; record 1 is not a record of the test
+    only = rates([Shared("k", 0, a, members=torch.tensor([0]))], ctx)["k"]
+    assert only["attack_records"] == 3 and only["advantage"] == 1.0
 
 
 def engine(root, method, **params):
@@ -79,13 +124,22 @@ def test_raw_samples_sit_on_their_owner_s_training_records(synthetic_root):
     raw = out["artifacts"]["raw_samples"]
     sizes = [len(i) for i in eng.ctx.train_idx]
     assert raw["n"] == raw["audited"] == sum(math.ceil(0.3 * n) for n in sizes)
+    assert raw["distinct_nearest"] + raw["records_left_out"] == raw["n"]
     assert (
         raw["closer_to_train"] == raw["leakage"] == 1.0 and raw["dcr_train_median"] < 1e-5 < raw["dcr_holdout_median"]
     )
-    held = [len(i) for i in eng.ctx.test_idx]  # chance: the owner's training records' share of its records
+    held = [len(i) for i in eng.ctx.test_idx]  # the old null: the owner's training records' share of its records
     shares = [math.ceil(0.3 * n) for n in sizes]
     chance = sum(s * n / (n + h) for s, n, h in zip(shares, sizes, held)) / sum(shares)
-    assert raw["chance"] == pytest.approx(chance)
+    assert raw["chance_client"] == pytest.approx(chance) and raw["leakage_client"] == 1.0
+    y = eng.ctx.train_set.y  # per class: the share of the owner's records of the record's class, where both sides
+    per_class = []
+    for k, idx in enumerate(eng.algorithm.pool):
+        for c in y[idx].tolist():
+            t, h = (int((y[i] == c).sum()) for i in (eng.ctx.train_idx[k], eng.ctx.test_idx[k]))
+            per_class += [t / (t + h)] if h else []
+    assert raw["distinct_nearest"] == len(per_class) and raw["chance"] == pytest.approx(sum(per_class) / len(per_class))
+    assert raw["advantage"] == 1.0  # the shared records themselves: at distance 0, every held-out record farther
     assert raw["bytes"] == raw["n"] * eng.ctx.train_set.x[0].numel() * 4
 
 
@@ -115,7 +169,11 @@ def test_non_finite_artifacts_are_counted_not_tested(synthetic_root):
 def test_a_method_that_shares_only_its_model_is_audited_by_inverting_it(synthetic_root):
     eng = engine(synthetic_root, "fedavg")
     out = audit(eng, eng.global_state, TINY)
-    assert set(out["artifacts"]) == {"model_inversion"}
+    assert set(out["artifacts"]) == {"model_inversion", "client_updates"}
+    updates = out["artifacts"]["client_updates"]  # round R + 1's clients (all 4 here), each its own records
+    records = sum(map(len, eng.ctx.train_idx)) + sum(map(len, eng.ctx.test_idx))
+    assert updates["n"] == 4 and updates["attack_records"] <= records
+    assert -1 <= updates["advantage_ci"][0] <= updates["advantage"] <= updates["advantage_ci"][1] <= 1
     inv = out["artifacts"]["model_inversion"]
     assert inv["n"] == inv["audited"] == TINY["per_class"] * eng.ctx.num_classes
     assert inv["leakage"] < 1 and inv["dcr_train_median"] > 0
@@ -124,6 +182,26 @@ def test_a_method_that_shares_only_its_model_is_audited_by_inverting_it(syntheti
     assert out["inversion"] == TINY
     assert out["model_bytes"] == sum(v.numel() * v.element_size() for v in eng.global_state.values())
     assert out["item_bytes"]["raw_samples"] == eng.ctx.train_set.x[0].numel() * 4
+
+
+def test_a_client_update_that_memorises_its_records_gives_them_away(synthetic_root):
+    """Random labels, 30 local epochs: each client's model after its update fits its own records' labels and not its
+    held-out ones', so their losses separate members from held-out records (advantage 1); an update that changes
+    nothing (lr 0) carries no such signal."""
+    import dataclasses
+
+    from fed.leakage import update_attack
+
+    eng = engine(synthetic_root, "fedavg")
+    eng.ctx.cfg = dataclasses.replace(CFG, local_epochs=30, lr=0.1)
+    y = eng.ctx.train_set.y
+    y[:] = torch.randint(eng.ctx.num_classes, y.shape, generator=torch.Generator().manual_seed(0))
+    eng.algorithm.setup(eng.ctx)
+    memorised = update_attack(eng.algorithm, eng.ctx, eng.ctx.global_state)
+    assert memorised["advantage"] == 1.0 and memorised["n"] == 4
+    eng.ctx.cfg = dataclasses.replace(CFG, lr=0.0)  # an update that changes nothing
+    untrained = update_attack(eng.algorithm, eng.ctx, eng.ctx.global_state)
+    assert untrained["advantage_ci"][0] < 0 < untrained["advantage_ci"][1]  # no signal: 0 inside its interval
 
 
 def test_the_inversion_s_held_out_records_are_the_clients_held_out_splits(synthetic_root):
@@ -197,7 +275,12 @@ def test_audited_columns_by_hand(tmp_path):
                         "chance": 0.75,
                         "dcr_train_median": 2.0,
                         "dcr_holdout_median": 4.0,
+                        "leakage_ci": [0.1, 0.3],
+                        "leakage_client": 0.25,
+                        "advantage": 0.05,
+                        "advantage_ci": [-0.02, 0.12],
                     },
+                    "client_updates": {"advantage": 0.4, "advantage_ci": [0.3, 0.5]},
                     **inversion,
                 },
                 "jobs": {**jobs, "stage gans: dp_cgan": {"seconds": 60.0, "max_rss_mb": 900.0, "cpu_seconds": 1.0}},
@@ -222,3 +305,8 @@ def test_audited_columns_by_hand(tmp_path):
     assert privacy.loc["dafl", "closer_to_train"] == 0.8 and privacy.loc["dafl", "nearest_records"] == 17
     assert privacy.loc["dafl", "mb_shared"] == pytest.approx(3.136)  # the ε in the ledger is not an item
     assert privacy.loc["scaffold", "inversion_leakage"] == 0.0
+    assert privacy.loc["dafl", "leakage_lo"] == 0.1 and privacy.loc["dafl", "leakage_hi"] == 0.3
+    assert privacy.loc["dafl", "leakage_client"] == 0.25 and privacy.loc["dafl", "advantage_hi"] == 0.12
+    assert privacy.loc["dafl", "update_advantage"] == 0.4 and privacy.loc["dafl", "update_advantage_lo"] == 0.3
+    assert math.isnan(privacy.loc["scaffold", "leakage_lo"])  # an audit from before the intervals
+    assert "leakage_lo" not in audit_privacy(cells[:1]).columns  # no audit of the table has intervals: no column

@@ -16,6 +16,13 @@ p averaged likewise) — and ``distinct_nearest``, the number of such records, i
 score** (rate − p̄) / (1 − p̄) is 0 without evidence of memorisation and 1 for raw records (each its own nearest);
 the per-artifact rate (``closer_to_train``) and the median distances are kept beside it.
 
+**Per class, with intervals, and an attack per artifact** (docs/headtohead-protocol.md, section 6): a record's chance
+is the training share of its owner's records *of its class* (a class-conditional artifact near a class the client
+holds no held-out record of is no evidence: left out and counted; the per-client null is kept beside it), the score
+gets a bootstrap interval, and every kind of artifact also faces a membership attack scored alike
+(``fed.membership``): records by their distance to the closest artifact, and — what the server receives — the
+clients' updates of one more round by the loss of their own records (``update_attack``).
+
 What is audited (``shared_artifacts``), in input space, by the method's own code with the run's seeds:
 - FedData: the raw samples each client shares;
 - FedMix, FedBR: the mean batches;
@@ -41,8 +48,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from fed import checkpoint
+from fed.membership import attack, leakage_interval
 from fed.zsdg import ZSDGConfig, zsdg
 
 # FLea's reconstruction attacker for the audit: the authors' MinimalDecoder (``kind="code"``) trained by Adam for 10
@@ -61,6 +70,7 @@ class Shared:
     kind: str
     owner: int
     x: torch.Tensor
+    members: torch.Tensor | None = None  # dataset indices of the records it was made from (default: the owner's)
 
 
 def dcr(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> torch.Tensor:
@@ -99,7 +109,7 @@ def shared_artifacts(algorithm, ctx) -> Iterator[Shared]:
     step) has run on ``ctx``."""
     if hasattr(algorithm, "pool") and algorithm.name == "feddata":
         for k, idx in enumerate(algorithm.pool):
-            yield Shared("raw_samples", k, ctx.train_set.x[idx])
+            yield Shared("raw_samples", k, ctx.train_set.x[idx], members=idx)
     elif hasattr(algorithm, "x_bar"):  # FedMix, FedBR
         for k in range(ctx.num_clients):
             yield Shared("mean_batches", k, algorithm.x_bar[algorithm.owner == k])
@@ -135,11 +145,35 @@ def item_bytes(algorithm, ctx) -> dict[str, int]:
     return sizes
 
 
-def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
-    """Per kind: artifacts, their float32 bytes, their closer-to-train rate against their owner's training and
-    held-out records (an owner without held-out records is skipped), the same rate over their distinct nearest
-    records, its chance level and the leakage score, and the median distances to the closest training and held-out
-    record."""
+def _owners(ctx) -> torch.Tensor:
+    """The client of every dataset index a client holds (training or held-out); -1 elsewhere."""
+    owner = torch.full((len(ctx.train_set.y),), -1, dtype=torch.long)
+    for k, (train, hold) in enumerate(zip(ctx.train_idx, ctx.test_idx)):
+        owner[train.cpu()], owner[hold.cpu()] = k, k
+    return owner
+
+
+def _class_chance(y_train: torch.Tensor, y_hold: torch.Tensor, num_classes: int) -> torch.Tensor:
+    """Per class: the training records' share of the owner's records of that class (nan where it holds none)."""
+    t = torch.bincount(y_train.cpu(), minlength=num_classes).double()
+    h = torch.bincount(y_hold.cpu(), minlength=num_classes).double()
+    return t / (t + h)
+
+
+def rates(items: list[Shared], ctx) -> dict[str, dict[str, Any]]:
+    """Per kind: artifacts, their float32 bytes, and two tests of their records (``audited``: the finite ones of
+    owners with held-out records).
+
+    The closest-record test (above): the closer-to-train rate over the distinct nearest records, its chance level
+    **per class** — a record's chance is the training share of its owner's records of the nearest record's class, and
+    records of classes the owner holds only on one side carry no evidence and are left out (``records_left_out``) —
+    the leakage score with its bootstrap interval (``fed.membership``), and the old per-client null beside it
+    (``chance_client``, ``leakage_client``); the median distances to the closest training and held-out record.
+
+    The membership attack: each member (a record the artifacts were made from: ``Shared.members``, by default the
+    owner's training records) and held-out record of the owner scored by minus its distance to the owner's closest
+    artifact, calibrated per (client, class) — the advantage and its interval (``fed.membership.attack``)."""
+    owner_of = _owners(ctx)
     out: dict[str, dict[str, Any]] = {}
     for item in items:
         if item.owner < 0:  # the global model's: all clients' training records against all their held-out ones
@@ -147,7 +181,8 @@ def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
         else:
             train_idx, hold_idx = ctx.train_idx[item.owner], ctx.test_idx[item.owner]
         acc = out.setdefault(
-            item.kind, {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "d_train": [], "d_hold": [], "nearest": {}}
+            item.kind,
+            {"n": 0, "bytes": 0, "non_finite": 0, "hits": [], "d_train": [], "d_hold": [], "nearest": {}, "mia": []},
         )
         acc["n"] += len(item.x)
         acc["bytes"] += item.x.numel() * 4
@@ -155,36 +190,85 @@ def rates(items: list[Shared], ctx) -> dict[str, dict[str, float]]:
         acc["non_finite"] += int((~finite).sum())
         if not finite.any() or not len(hold_idx) or not len(train_idx):
             continue
-        train, hold = ctx.samples(train_idx)[0], ctx.samples(hold_idx)[0]
+        (train, y_train), (hold, y_hold) = ctx.samples(train_idx), ctx.samples(hold_idx)
         a = item.x[finite].to(train.dtype)
         (d_train, i_train), (d_hold, i_hold) = _nearest(a, train), _nearest(a, hold)
         hits = _hits(d_train, d_hold)
-        chance = len(train_idx) / (len(train_idx) + len(hold_idx))
+        chance_client = len(train_idx) / (len(train_idx) + len(hold_idx))
+        per_class = _class_chance(y_train, y_hold, ctx.num_classes)
         nearer = (d_train <= d_hold).cpu()  # the indices live on the CPU, the distances on the run's device
         record = torch.where(nearer, train_idx[i_train.cpu()], hold_idx[i_hold.cpu()])  # dataset index
-        for r, hit in zip(record.tolist(), hits.tolist()):
-            acc["nearest"].setdefault(r, ([], chance))[0].append(hit)
+        label = torch.where(nearer, y_train[i_train].cpu(), y_hold[i_hold].cpu())
+        for r, c, hit in zip(record.tolist(), label.tolist(), hits.tolist()):
+            acc["nearest"].setdefault(r, ([], float(per_class[c]), chance_client))[0].append(hit)
         acc["hits"].append(hits)
         acc["d_train"].append(d_train)
         acc["d_hold"].append(d_hold)
+        members = train_idx if item.members is None else item.members
+        records = torch.cat([members.cpu(), hold_idx.cpu()])
+        x_rec, y_rec = ctx.samples(records)
+        member = torch.arange(len(records)) < len(members)
+        strata = owner_of[records] * ctx.num_classes + y_rec.cpu()
+        acc["mia"].append((-_nearest(x_rec, a)[0].cpu(), member, strata))
     table = {}
-    for kind, acc in out.items():
+    for i, (kind, acc) in enumerate(sorted(out.items())):
         hits = torch.cat(acc["hits"]) if acc["hits"] else torch.zeros(0)
-        stats = {"audited": len(hits)}
+        stats: dict[str, Any] = {"audited": len(hits)}
         if len(hits):
-            per_record = [(sum(h) / len(h), chance) for h, chance in acc["nearest"].values()]
-            rate, null = (sum(v) / len(per_record) for v in zip(*per_record))
+            h, p, p_client = zip(*((sum(v) / len(v), p, pc) for v, p, pc in acc["nearest"].values()))
+            h, p, p_client = (torch.tensor(v, dtype=torch.float64) for v in (h, p, p_client))
+            usable = (p > 0) & (p < 1)  # nan (no record of the class) compares False
             stats |= {
+                "distinct_nearest": int(usable.sum()),
+                "records_left_out": int((~usable).sum()),
                 "closer_to_train": float(hits.mean()),
-                "distinct_nearest": len(per_record),
-                "closer_to_train_distinct": rate,
-                "chance": null,
-                "leakage": leakage_score(rate, null),
+                "chance_client": float(p_client.mean()),
+                "leakage_client": leakage_score(float(h.mean()), float(p_client.mean())),
                 "dcr_train_median": float(torch.cat(acc["d_train"]).median()),
                 "dcr_holdout_median": float(torch.cat(acc["d_hold"]).median()),
             }
+            if usable.any():
+                score, ci = leakage_interval(h[usable], p[usable], ctx.seed_int("leakage_bootstrap", i))
+                stats |= {
+                    "closer_to_train_distinct": float(h[usable].mean()),
+                    "chance": float(p[usable].mean()),
+                    "leakage": score,
+                    "leakage_ci": ci,
+                }
+            score, member, strata = (torch.cat(v) for v in zip(*acc["mia"]))
+            stats |= attack(score, member, strata, ctx.seed_int("membership_bootstrap", i))
         table[kind] = {"n": acc["n"], "bytes": acc["bytes"], "non_finite": acc["non_finite"], **stats}
     return table
+
+
+def update_attack(algorithm, ctx, state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """Loss-threshold membership inference on what the server receives: the clients sampled in one more round
+    (round R + 1) run their method's own local update from the final global model ``state``; each client's model
+    scores its training records (members) and held-out records by minus their cross-entropy, calibrated per (client,
+    class) (``fed.membership.attack``). A client's state kept across rounds (control variates, previous models) is
+    the audit's fresh one, not the run's."""
+    ctx.global_state, ctx.round = state, ctx.cfg.rounds + 1
+    clients = algorithm.select_clients(ctx)
+    scores, members, strata = [], [], []
+    model = ctx.new_model()
+    for k in clients:
+        torch.manual_seed(ctx.seed_int("client", ctx.round, k))  # as rounds.run_round
+        model.load_state_dict(algorithm.client_update(ctx, k).state)
+        model.eval()
+        if not len(ctx.test_idx[k]):
+            continue
+        records = torch.cat([ctx.train_idx[k].cpu(), ctx.test_idx[k].cpu()])
+        x, y = ctx.samples(records)
+        with torch.no_grad():
+            batches = zip(x.split(512), y.split(512))
+            loss = torch.cat([F.cross_entropy(model(b), t, reduction="none") for b, t in batches])
+        scores.append(-loss.double().cpu())
+        members.append(torch.arange(len(records)) < len(ctx.train_idx[k]))
+        strata.append(k * ctx.num_classes + y.cpu())
+    row: dict[str, Any] = {"n": len(clients), "bytes": len(clients) * sum(v.numel() * 4 for v in state.values())}
+    if scores:
+        row |= attack(torch.cat(scores), torch.cat(members), torch.cat(strata), ctx.seed_int("membership_updates"))
+    return row
 
 
 def invert(ctx, state: dict[str, torch.Tensor], seed: int, params: dict[str, Any] | None = None) -> Shared:
@@ -209,10 +293,11 @@ def reconstruct(algorithm, ctx, state: dict[str, torch.Tensor], seed: int, param
     decoder, _ = fit_decoder(model.features, public, params["epochs"], torch.Generator().manual_seed(seed), **settings)
     for k in range(ctx.num_clients):
         x, _ = ctx.client_data(k)
-        shared = x[algorithm.shared_indices(ctx, k).to(x.device)]
-        if len(shared):
+        picked = algorithm.shared_indices(ctx, k)
+        if len(picked):
             with torch.no_grad():
-                yield Shared("reconstructed_features", k, decoder(model.features(shared)))
+                out = decoder(model.features(x[picked.to(x.device)]))
+            yield Shared("reconstructed_features", k, out, members=ctx.train_idx[k][picked.to(ctx.train_idx[k].device)])
 
 
 def audit(
@@ -239,10 +324,12 @@ def audit(
     batchnorm = any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in ctx.new_model().modules())
     if batchnorm:  # ZSDG matches BatchNorm statistics; a model without them is not inverted
         items.append(invert(ctx, state, ctx.seed_int("leakage"), inversion))
+    artifacts = rates(items, ctx)
+    artifacts["client_updates"] = update_attack(algorithm, ctx, state)  # last: it trains the clients once more
     return {
         "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
         "item_bytes": item_bytes(algorithm, ctx),
-        "artifacts": rates(items, ctx),
+        "artifacts": artifacts,
         "inversion": inversion,
         **({"reconstruction": reconstruction} if algorithm.name == "flea" else {}),
     }

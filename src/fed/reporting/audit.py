@@ -66,12 +66,16 @@ def audit_privacy(cells: list[dict]) -> pd.DataFrame:
     often than chance, 1: raw records; ``fed.leakage``), how many distinct records are nearest to its artifacts (the
     score's sample size), its closer-to-train rate over those records and chance level, and the median distances to
     the closest training and held-out record; the leakage score of the inversion of the final model (what model
-    updates give away) and its sample size. Mean and std over seeds."""
+    updates give away) and its sample size. Since the per-class null (fed.membership): the leakage score's bootstrap
+    interval and the old per-client score beside it; the membership advantage of a distance attack on the artifact
+    and on the inversion, and of a loss attack on the clients' updates, with intervals (``_lo``, ``_hi``: the mean
+    over seeds of each cell's interval), left out where every audit predates them. Mean and std over seeds."""
     rows = []
     for cell, audit, metrics in _records(cells):
         arts = audit["artifacts"]
-        own = [k for k in arts if k != "model_inversion"]
+        own = [k for k in arts if k not in ("model_inversion", "client_updates")]
         art, inversion = arts[own[0]] if own else {}, arts.get("model_inversion", {})
+        updates = arts.get("client_updates", {})
         rows.append(
             {
                 **{k: cell[k] for k in KEYS},
@@ -79,19 +83,34 @@ def audit_privacy(cells: list[dict]) -> pd.DataFrame:
                 "mb_shared": _shared_bytes(metrics.get("shared", {}), audit["item_bytes"]) / MB,
                 "records": own[0] if own else "",
                 "leakage": _num(art.get("leakage")),
+                **_ci("leakage", art.get("leakage_ci")),
+                "leakage_client": _num(art.get("leakage_client")),  # the old per-client null, beside the per-class one
                 "nearest_records": _num(art.get("distinct_nearest")),  # the score's sample size (fed.leakage: hubs)
+                "advantage": _num(art.get("advantage")),  # membership by distance to the closest artifact
+                **_ci("advantage", art.get("advantage_ci")),
                 "closer_to_train": _num(art.get("closer_to_train_distinct")),
                 "chance": _num(art.get("chance")),
                 "dcr_train": _num(art.get("dcr_train_median")),
                 "dcr_holdout": _num(art.get("dcr_holdout_median")),
                 "inversion_leakage": _num(inversion.get("leakage")),
                 "inversion_nearest_records": _num(inversion.get("distinct_nearest")),
+                "inversion_advantage": _num(inversion.get("advantage")),
+                "update_advantage": _num(updates.get("advantage")),  # loss-threshold, on the clients' updates
+                **_ci("update_advantage", updates.get("advantage_ci")),
             }
         )
-    out = _mean_std(pd.DataFrame(rows), ["leakage", "inversion_leakage"])
+    out = _mean_std(pd.DataFrame(rows), ["leakage", "advantage", "inversion_leakage", "update_advantage"])
+    since_intervals = [c for c in out.columns if c.endswith(("_lo", "_hi", "advantage", "advantage_std", "_client"))]
+    out = out.drop(columns=[c for c in since_intervals if out[c].isna().all()])  # no audit of the table has them
     return out[
         KEYS + ["mb_shared", "records"] + [c for c in out.columns if c not in KEYS + ["mb_shared", "records"]]
     ].round(3)
+
+
+def _ci(name: str, bounds: list[float] | None) -> dict[str, float]:
+    """A cell's bootstrap interval as two columns (nan where the audit predates intervals); over seeds, their mean."""
+    lo, hi = bounds or (None, None)
+    return {f"{name}_lo": _num(lo), f"{name}_hi": _num(hi)}
 
 
 def _num(v) -> float:
