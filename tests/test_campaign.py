@@ -121,3 +121,22 @@ def test_a_dead_worker_costs_its_job_one_attempt_not_the_campaign(tmp_path, monk
     outcome = campaign.run({"version": campaign.PLAN_VERSION, "jobs": jobs}, minutes=5, jobs=1, work=crash)
     assert outcome["done"] == ["boom", "fine"] and outcome["waiting"] == []
     assert len(outcome["failed"]) == 1 and outcome["failed"][0].startswith(f"bad: its worker died {campaign.ATTEMPTS}")
+
+
+def test_a_tuning_after_another_waits_for_that_tuning_in_the_plan(tmp_path):
+    """tune.after: the campaign runs FedAvg's lr tuning first and hands its file to the tuning that starts from it."""
+    overlay = tmp_path / "tuned.yaml"
+    overlay.write_text(
+        "methods:\n"
+        "  fedavg_t: {algorithm: fedavg, tune: {grid: {protocol.lr: [0.01, 0.02]}, per_seed: true}}\n"
+        "  qffl: {tune: {grid: {q: [0.0, 0.1]}, after: fedavg_t, per_seed: true}}\n"
+        "reference_dir: null\n"
+    )
+    plan = campaign.plan([[str(REPO / "config/fmnist.yaml"), str(overlay)]], REPO, methods=["qffl"])
+    jobs = {job["out"]: job for job in plan["jobs"]}
+    stages = "results/stages/fedzda/fmnist/unimodal/seed1"
+    first, then = f"{stages}/tuning-methodfedavg_t-per_seedTrue.pt", f"{stages}/tuning-methodqffl-per_seedTrue.pt"
+    assert first in jobs[then]["needs"] and jobs[then]["args"]["after"] == first
+    assert jobs[first]["args"]["after"] is None
+    order = [job["out"] for job in plan["jobs"]]
+    assert order.index(first) < order.index(then)

@@ -208,3 +208,22 @@ def test_snakemake_plans_exactly_the_cells_and_stages_of_the_grid(smoke, tmp_pat
             *smoke.train_stages(key, m).values(),
             f"results/mlflow/{smoke.cell_paper[(p, d, part, m, int(s))]}.ready",
         }
+
+
+def test_a_tuning_per_seed_after_another_reads_that_tuning_of_its_own_seed(tmp_path):
+    """The head-to-head protocol's tuning: every seed, and q-FFL's (here) after FedAvg's lr of the same seed."""
+    overlay = tmp_path / "tuned.yaml"
+    overlay.write_text(
+        "methods:\n"
+        "  fedavg_t: {algorithm: fedavg, tune: {grid: {protocol.lr: [0.01, 0.02]}, per_seed: true}}\n"
+        "  qffl: {tune: {grid: {q: [0.0, 0.1]}, after: fedavg_t, per_seed: true}}\n"
+    )
+    grid = Grid.from_files([REPO / "config/fmnist.yaml", overlay], REPO)
+    key = ("fedzda", "fmnist", "unimodal", 1)
+    stages = "results/stages/fedzda/fmnist/unimodal/seed1"
+    assert grid.train_stages(key, "qffl") == {"stage_tuning": f"{stages}/tuning-methodqffl-per_seedTrue.pt"}
+    assert grid.stage_inputs(key, "tuning-methodqffl-per_seedTrue")["after"] == (
+        f"{stages}/tuning-methodfedavg_t-per_seedTrue.pt"
+    )
+    assert "tuning-methodfedavg_t-per_seedTrue" in grid.stages[key]  # a job, though no table lists fedavg_t
+    assert "after" not in grid.stage_inputs(key, "tuning-methodfedavg_t-per_seedTrue")

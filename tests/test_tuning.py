@@ -169,3 +169,60 @@ def test_a_local_setting_is_tuned_through_the_method_s_protocol(tmp_path):
     assert checked({"grid": {"protocol.lr": [0.01, 0.05]}}) == []
     with pytest.raises(ValueError, match=r"protocol keys \['nope'\] are not local training settings"):
         checked({"grid": {"protocol.nope": [1, 2]}})
+
+
+def test_a_tuning_after_another_runs_its_grid_at_that_tuning_s_choice(tmp_path):
+    """The head-to-head protocol: FedAvg's tuning picks the lr; FedProx's runs each μ at that lr and its cell runs
+    at both; a method without a knob (FedData) takes the lr alone, with no run."""
+    from fed.runner import tuned
+
+    seen = []
+
+    class Run:
+        def __init__(self, method, rounds, validation_fraction, work_dir):
+            seen.append((method.name, method.params, method.protocol))
+            self.point = (method.protocol.get("lr"), method.params.get("mu"))
+
+        def run(self):
+            pooled = {(0.01, None): 70.0, (0.05, None): 75.0, (0.05, 0.01): 76.0, (0.05, 1.0): 74.0}[self.point]
+            last = {"local_acc_mean": 50.0, "client_acc_variance": 1.0, "pooled_acc": pooled}
+            return {"diverged": False, "last": last}
+
+    def job(name, spec, after=None):
+        stage = Stage.of("tuning", method=name)
+        return StageJob(stage, "fmnist", tmp_path / f"{name}.pt", None, Run, spec, tmp_path, None, after)
+
+    lr = {"grid": {"protocol.lr": [0.01, 0.05]}, "select_by": "pooled_acc"}
+    fedavg = MethodSpec.from_config("fedavg_t", {"algorithm": "fedavg", "tune": lr})
+    run_tuning(job("fedavg_t", fedavg))
+    mu = {"grid": {"mu": [0.01, 1.0]}, "select_by": "pooled_acc", "after": "fedavg_t"}
+    fedprox = MethodSpec.from_config("fedprox_t", {"algorithm": "fedprox", "mu": 0.1, "tune": mu})
+    run_tuning(job("fedprox_t", fedprox, after=tmp_path / "fedavg_t.pt"))
+    assert seen[2:] == [
+        ("fedprox_t-mu0.01", {"mu": 0.01}, {"lr": 0.05}),  # every μ at the lr FedAvg chose
+        ("fedprox_t-mu1.0", {"mu": 1.0}, {"lr": 0.05}),
+    ]
+    method, record = tuned(fedprox, {"tuning": tmp_path / "fedprox_t.pt"})
+    assert record["chosen"] == {"protocol.lr": 0.05, "mu": 0.01} and record["after"] == {"protocol.lr": 0.05}
+    assert method.params == {"mu": 0.01} and method.protocol == {"lr": 0.05}
+    feddata = MethodSpec.from_config("feddata_t", {"algorithm": "feddata", "tune": {"grid": {}, "after": "fedavg_t"}})
+    run_tuning(job("feddata_t", feddata, after=tmp_path / "fedavg_t.pt"))
+    assert len(seen) == 4 and tuned(feddata, {"tuning": tmp_path / "feddata_t.pt"})[0].protocol == {"lr": 0.05}
+
+
+def test_a_tuning_after_another_is_checked():
+    def with_fedavg(tune):
+        cfg = copy.deepcopy(BASE)
+        cfg["methods"]["fedavg_t"] = {"algorithm": "fedavg", "tune": {"grid": {"protocol.lr": [0.01, 0.05]}}}
+        cfg["methods"]["qffl"]["tune"] = tune
+        validate(cfg, str(REPO / "workflow/schemas/config.schema.yaml"))
+        return check_config(cfg)
+
+    assert with_fedavg({"grid": GRID, "after": "fedavg_t", "per_seed": True}) == []
+    for tune, message in [
+        ({"grid": {}}, "tune: an empty grid tunes nothing"),
+        ({"grid": GRID, "after": "fedprox"}, "tune.after: 'fedprox' is not a configured method with `tune`"),
+        ({"grid": GRID, "after": "qffl"}, "tune.after leads back to 'qffl'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            with_fedavg(tune)

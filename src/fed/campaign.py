@@ -143,6 +143,8 @@ def _stage_job(jobs, grid, key: tuple, name: str, rank: tuple) -> str:
     if lower := inputs.get("lower"):  # the next-lower stage of its kind, itself a job
         lower_name = next(n for n, s in grid.stages[key].items() if grid.stage_path(*key, s) == lower)
         needs.append(_stage_job(jobs, grid, key, lower_name, rank))
+    if before := grid.tuned_after(key, stage):  # tune.after: the tuning whose choice it starts from
+        needs.append(_stage_job(jobs, grid, before[0], before[1].key, rank))
     method = grid.stage_method(key, name)
     preset, dataset, partition, seed = key
     args = {
@@ -155,6 +157,7 @@ def _stage_job(jobs, grid, key: tuple, name: str, rank: tuple) -> str:
         "out": path,
         "work_dir": f"{grid.results}/work/stages/{preset}/{dataset}/{partition}/seed{seed}/{stage.key}",  # the rule's
         "lower": lower,
+        "after": inputs.get("after"),
         "method_name": method,
         "method": grid.config["methods"].get(method) if method else None,
     }
@@ -289,6 +292,7 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
                 a["out"],
                 a["work_dir"],
                 lower=a["lower"],
+                after=a.get("after"),
                 threads=threads,
                 progress=progress,
                 method=MethodSpec.from_config(a["method_name"], a["method"]) if a["method"] else None,

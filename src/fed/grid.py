@@ -104,6 +104,9 @@ class Grid:
             if self.algorithm(m) in ALGORITHMS:
                 for stage in self.method_stages(m).values():
                     self.stages[self.stage_key((p, d, part, s), stage)][stage.key] = stage
+                    while before := self.tuned_after((p, d, part, s), stage):  # tune.after: that tuning first
+                        (key, stage) = before
+                        self.stages[key][stage.key] = stage
         for fig in self.config["figures"].values():
             for *key, stage in self.figure_stages(fig):
                 self.stages[tuple(key)][stage.key] = stage
@@ -259,17 +262,31 @@ class Grid:
         hyper-parameter selection if it has ``tune:``."""
         stages = self.method_algorithm(method).stages()
         if "tune" in self.config["methods"][method]:
-            stages["tuning"] = Stage.of("tuning", method=method)
+            stages["tuning"] = self.tuning_stage(method)
         protocol = MethodSpec.from_config(method, self.config["methods"][method]).protocol
         return {
             n: s.with_protocol(protocol) for n, s in stages.items() if self.config["warm_start"] or not s.spec.optional
         }
 
+    def tuning_stage(self, method: str) -> Stage:
+        """The ``tuning`` stage of a method with ``tune:``, as declared (per seed where it says so)."""
+        per_seed = {"per_seed": True} if self.config["methods"][method]["tune"].get("per_seed") else {}
+        return Stage.of("tuning", method=method, **per_seed)
+
+    def tuned_after(self, key: Key, stage: Stage) -> tuple[Key, Stage] | None:
+        """The tuning a ``tuning`` stage starts from (``tune.after``): that method's tuning stage at the same cell
+        key, or None."""
+        after = self.config["methods"][stage.param("method")]["tune"].get("after") if stage.kind == "tuning" else None
+        if not after:
+            return None
+        first = self.method_stages(after)["tuning"]  # with that method's protocol, as its own cells read it
+        return self.stage_key(key, first), first
+
     @staticmethod
     def stage_key(key: Key, stage: Stage) -> Key:
         """(preset, dataset, partition, seed) of the stage job a cell of ``key`` reads: seed 0 for a stage computed
         once for every seed (fed.stages.StageKind.per_seed)."""
-        return key if stage.spec.per_seed else (*key[:3], 0)
+        return key if stage.per_seed else (*key[:3], 0)
 
     def stage(self, key: Key, name: str) -> Stage:
         return self.stages[key][name]
@@ -338,9 +355,12 @@ class Grid:
 
     def stage_inputs(self, key: Key, name: str) -> dict[str, str]:
         """Data, partition, and for a stage that continues from a lower one of its kind (FedAvg prefixes of one
-        trajectory chain: round 89 continues from 79), that lower stage."""
+        trajectory chain: round 89 continues from 79), that lower stage; for a tuning with ``tune.after``, the
+        tuning it starts from (``after``)."""
         stage = self.stage(key, name)
         inputs = {"data": self.data_path(key[1]), "partition": self.partition_path(*key)}
+        if before := self.tuned_after(key, stage):
+            inputs["after"] = self.stage_path(*before[0], before[1])
         if ordinal := stage.spec.continues_from:
             lower = [
                 s for s in self.stages[key].values() if s.kind == stage.kind and s.param(ordinal) < stage.param(ordinal)

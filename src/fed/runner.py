@@ -103,6 +103,7 @@ class StageJob:
     method: MethodSpec | None = None
     work_dir: Path | None = None
     progress: TextIO | None = None
+    after: str | None = None  # a tuning's ``tune.after``: the file of the tuning whose choice it starts from
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -141,10 +142,13 @@ def run_centralized_model(job: StageJob) -> None:
 def run_tuning(job: StageJob) -> None:
     """One run per point of the method's ``tune.grid`` on held-out client data; writes every point's validation
     metrics (``validation_<metric>`` for each of VALIDATION_METRICS; None for a diverged point) and the point
-    ``select_point`` chooses."""
+    ``select_point`` chooses. With ``tune.after`` every point runs at the values that tuning chose (``job.after``),
+    and the chosen values include them (an empty grid: those values alone)."""
     spec, tune = job.method, job.method.tune
+    first = checkpoint.load_file(job.after, "cpu", "tuning stage")["chosen"] if job.after else {}
+    spec = spec.at(first)  # tune.after: at the values that tuning chose (the protocol's shared lr), then its own grid
     scores = []
-    for point in spec.grid():
+    for point in spec.grid() if tune["grid"] else []:
         variant = "-".join(f"{k}{v}" for k, v in point.items())
         run = job.engine(
             spec.at(point, f"{spec.name}-{variant}"),
@@ -156,8 +160,8 @@ def run_tuning(job: StageJob) -> None:
         values = {m: None if summary["diverged"] else summary["last"].get(m) for m in VALIDATION_METRICS}
         values = {f"validation_{m}": v if v is not None and math.isfinite(v) else None for m, v in values.items()}
         scores.append({**point, **values, "diverged": summary["diverged"]})
-    chosen = {k: select_point(scores, tune)[k] for k in tune["grid"]}
-    torch.save({"chosen": chosen, "scores": scores, "tune": tune}, job.out)
+    chosen = first | ({k: select_point(scores, tune)[k] for k in tune["grid"]} if scores else {})
+    torch.save({"chosen": chosen, "scores": scores, "tune": tune} | ({"after": first} if job.after else {}), job.out)
 
 
 def select_point(scores: list[dict[str, Any]], tune: dict[str, Any]) -> dict[str, Any]:
@@ -267,6 +271,7 @@ def run_stage(
     threads: int = 1,
     progress: TextIO | None = sys.stderr,
     method: MethodSpec | None = None,
+    after: str | None = None,
 ) -> None:
     """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``; with
     the method's local training settings where the stage carries them (``Stage.protocol``)."""
@@ -280,7 +285,8 @@ def run_stage(
         return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    STAGE_RUNNERS[stage.kind](StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress))
+    job = StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after)
+    STAGE_RUNNERS[stage.kind](job)
 
 
 def write_history_csv(history: list[dict[str, Any]], path: Path) -> None:

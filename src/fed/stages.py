@@ -15,7 +15,9 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
 - ``tuning`` (method=name): hyper-parameter selection for a method with ``tune:`` — one run per grid point on
   held-out client data (``fed.data.partition.validation_split``), the best point by ``select_by``. The cell then
   runs with the chosen values (q-FFL's q, as its authors select it: on validation data, never on a test set).
-  Computed once per (preset, dataset, partition), on seed 0, and shared by every seed.
+  Computed once per (preset, dataset, partition), on seed 0, and shared by every seed — or per seed (``tune:
+  {per_seed: true}``). With ``tune: {after: other}`` it starts from the values ``other``'s tuning chose (its input
+  file): the head-to-head protocol's methods train at the lr FedAvg chose for that regime and seed.
 
 - ``dp_cgan`` (epsilon=ε0 and the GAN's settings): DA-FL's Private Sample Generation (Algorithm 2, ``fed.dpgan``),
   one conditional GAN per client trained with DP-SGD (Opacus) on that client's data. The file holds each client's
@@ -65,6 +67,11 @@ class Stage:
 
     def param(self, name: str) -> Any:
         return dict(self.params)[name]
+
+    @property
+    def per_seed(self) -> bool:
+        """Computed for every seed (its kind's default, or a tuning's ``per_seed``), else once on seed 0."""
+        return dict(self.params).get("per_seed", self.spec.per_seed)
 
     def with_protocol(self, protocol: dict[str, Any]) -> Stage:
         """This stage run with a method's local training settings (``fl_<setting>`` parameters), where its kind

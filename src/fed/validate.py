@@ -46,7 +46,7 @@ def check_config(config: dict[str, Any]) -> list[str]:
             points = sweep_variants(name, spec).values() if "sweep" in spec else [spec]
             protocols = [spec.get("protocol")]
             if "tune" in spec:
-                errors += [f"method {name!r}: {e}" for e in tune_errors(spec)]
+                errors += [f"method {name!r}: {e}" for e in tune_errors(spec, methods, name)]
                 tuned = [
                     MethodSpec.from_config(name, spec).at(point) for point in MethodSpec.from_config(name, spec).grid()
                 ]
@@ -267,9 +267,22 @@ def split_errors(config: dict[str, Any], table: dict[str, Any]) -> list[str]:
     return errors
 
 
-def tune_errors(spec: dict[str, Any]) -> list[str]:
-    """``tune:`` is a grid of the method's own parameters, chosen by a known metric; not combined with a sweep."""
+def tune_errors(spec: dict[str, Any], methods: dict[str, Any] | None = None, name: str | None = None) -> list[str]:
+    """``tune:`` is a grid of the method's own parameters, chosen by a known metric; not combined with a sweep;
+    ``after`` names another tuned method of ``methods``, without a circle; an empty grid only with ``after``."""
     errors = []
+    if not spec["tune"]["grid"] and not spec["tune"].get("after"):
+        errors.append("tune: an empty grid tunes nothing; give values, or `after` (start from another's tuning)")
+    step, seen = spec["tune"].get("after"), {name}
+    while step:  # the chain of tunings this one starts from
+        if step in seen:
+            errors.append(f"tune.after leads back to {step!r}: a tuning cannot wait on itself")
+            break
+        if step not in (methods or {}) or "tune" not in methods[step]:
+            errors.append(f"tune.after: {step!r} is not a configured method with `tune`")
+            break
+        seen.add(step)
+        step = methods[step]["tune"].get("after")
     if "sweep" in spec:
         errors.append("`tune` and `sweep` exclude each other (tune selects on validation data, a sweep on the table's)")
     tune = spec["tune"]

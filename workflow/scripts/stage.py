@@ -20,6 +20,7 @@ with open(snakemake.log[0], "w") as log:
         snakemake.output[0],
         p.work_dir,
         lower=snakemake.input.get("lower"),
+        after=snakemake.input.get("after"),
         threads=snakemake.threads,
         progress=log,
         method=MethodSpec.from_config(p.method_name, p.method) if p.method else None,
