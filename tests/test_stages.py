@@ -60,3 +60,37 @@ def test_tuning_stage_chooses_the_best_validation_point_and_the_cell_runs_with_i
         CFG, spec, "synthetic", synthetic_root, part, 0, tmp_path / "cell", stages={"tuning": tmp_path / "t.pt"}
     )
     assert out["method"]["params"] == {"q": record["chosen"]["q"]} and out["tuning"]["scores"] == record["scores"]
+
+
+def test_a_tuning_after_another_runs_at_its_lr_and_scales_its_start_round(synthetic_root, tmp_path, monkeypatch):
+    """The head-to-head protocol's chain through the real stage runner: FedAvg's lr tuning, then Fed-ZDAS' start
+    round at that lr, each point's start round scaled to the 2-round tuning runs, and the cell at both."""
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(make_partition(load_labels("synthetic", synthetic_root), "unimodal", 10, seed=0)))
+    tune = {"rounds": 2, "select_by": "pooled_acc", "per_seed": True}
+    lr = MethodSpec.from_config("lr", {"algorithm": "fedavg", "tune": tune | {"grid": {"protocol.lr": [0.01, 0.1]}}})
+    start = {"grid": {"start_round": [2, 3]}, "round_params": ["start_round"], "after": "lr"}
+    zdas = MethodSpec.from_config("zdas", {"algorithm": "fedzdas", "zsdg": {"per_class": 2, "iterations": 2},
+                                           "tune": tune | start})  # fmt: skip
+    common = (CFG, "synthetic", synthetic_root, part, 0)
+    run_stage(Stage.of("tuning", method="lr", per_seed=True), *common, tmp_path / "lr.pt", tmp_path / "w1", method=lr)
+    first = torch.load(tmp_path / "lr.pt", weights_only=False)["chosen"]
+    import fed.runner
+
+    runs, make = [], fed.runner.make_engine
+
+    def spy(cfg, spec, *args, **kwargs):  # what each tuning run trains with
+        runs.append((spec.params["start_round"], cfg.lr, cfg.rounds))
+        return make(cfg, spec, *args, **kwargs)
+
+    monkeypatch.setattr(fed.runner, "make_engine", spy)
+    stage = Stage.of("tuning", method="zdas", per_seed=True)
+    run_stage(stage, *common, tmp_path / "z.pt", tmp_path / "w2", method=zdas, after=str(tmp_path / "lr.pt"))
+    monkeypatch.undo()
+    # the preset's 3 rounds → the tuning's 2: start round 2 → 1.33 → 1, 3 → 2; each at FedAvg's lr
+    assert runs == [(1, first["protocol.lr"], 2), (2, first["protocol.lr"], 2)]
+    record = torch.load(tmp_path / "z.pt", weights_only=False)
+    assert record["after"] == first and record["chosen"]["protocol.lr"] == first["protocol.lr"]
+    assert [s["start_round"] for s in record["scores"]] == [2, 3]  # the grid's values, as the cell runs them
+    out = run_cell(*common[:1], zdas, *common[1:], tmp_path / "cell", stages={"tuning": tmp_path / "z.pt"})
+    assert out["config"]["lr"] == first["protocol.lr"] and out["method"]["params"]["start_round"] in (2, 3)

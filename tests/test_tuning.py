@@ -226,3 +226,16 @@ def test_a_tuning_after_another_is_checked():
     ]:
         with pytest.raises(ValueError, match=message):
             with_fedavg(tune)
+
+
+def test_a_round_parameter_is_scaled_to_the_tuning_s_rounds():
+    from fed.runner import scaled
+
+    tune = {"grid": {"start_round": [12, 16, 18], "x": [3]}, "rounds": 6, "round_params": ["start_round"]}
+    # 20 rounds → 6: 12 → 3.6 → 4, 16 → 4.8 → 5, 18 → 5.4 → 5; other parameters as they are
+    assert [scaled({"start_round": v, "x": 3}, tune, 20)["start_round"] for v in (12, 16, 18)] == [4, 5, 5]
+    assert scaled({"start_round": 1, "x": 3}, tune, 100) == {"start_round": 1, "x": 3}  # never before round 1
+    assert scaled({"start_round": 16}, tune | {"round_params": []}, 20) == {"start_round": 16}
+    assert scaled({"start_round": 16}, tune | {"rounds": None}, 20) == {"start_round": 16}  # the preset's rounds
+    with pytest.raises(ValueError, match=r"tune.round_params: \['q0'\] are not grid parameters"):
+        checked({"grid": GRID, "round_params": ["q0"]})

@@ -104,6 +104,7 @@ class StageJob:
     work_dir: Path | None = None
     progress: TextIO | None = None
     after: str | None = None  # a tuning's ``tune.after``: the file of the tuning whose choice it starts from
+    rounds: int | None = None  # the preset's rounds (a tuning's ``round_params`` scale from them)
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -143,7 +144,8 @@ def run_tuning(job: StageJob) -> None:
     """One run per point of the method's ``tune.grid`` on held-out client data; writes every point's validation
     metrics (``validation_<metric>`` for each of VALIDATION_METRICS; None for a diverged point) and the point
     ``select_point`` chooses. With ``tune.after`` every point runs at the values that tuning chose (``job.after``),
-    and the chosen values include them (an empty grid: those values alone)."""
+    and the chosen values include them (an empty grid: those values alone); ``tune.round_params`` run scaled to the
+    tuning's rounds (``scaled``)."""
     spec, tune = job.method, job.method.tune
     first = checkpoint.load_file(job.after, "cpu", "tuning stage")["chosen"] if job.after else {}
     spec = spec.at(first)  # tune.after: at the values that tuning chose (the protocol's shared lr), then its own grid
@@ -151,7 +153,7 @@ def run_tuning(job: StageJob) -> None:
     for point in spec.grid() if tune["grid"] else []:
         variant = "-".join(f"{k}{v}" for k, v in point.items())
         run = job.engine(
-            spec.at(point, f"{spec.name}-{variant}"),
+            spec.at(scaled(point, tune, job.rounds), f"{spec.name}-{variant}"),
             rounds=tune["rounds"],
             validation_fraction=tune["validation_fraction"],
             work_dir=job.work_dir / variant,
@@ -162,6 +164,15 @@ def run_tuning(job: StageJob) -> None:
         scores.append({**point, **values, "diverged": summary["diverged"]})
     chosen = first | ({k: select_point(scores, tune)[k] for k in tune["grid"]} if scores else {})
     torch.save({"chosen": chosen, "scores": scores, "tune": tune} | ({"after": first} if job.after else {}), job.out)
+
+
+def scaled(point: dict[str, Any], tune: dict[str, Any], rounds: int | None) -> dict[str, Any]:
+    """A grid point as its tuning run runs it: each of ``tune.round_params`` (a round number, e.g. Fed-ZDA's start
+    round) scaled from the preset's ``rounds`` to the tuning's, at least round 1; the point keeps the preset's value."""
+    names = tune.get("round_params") or []
+    if not names or not tune.get("rounds") or not rounds:
+        return point
+    return {k: max(1, round(v * tune["rounds"] / rounds)) if k in names else v for k, v in point.items()}
 
 
 def select_point(scores: list[dict[str, Any]], tune: dict[str, Any]) -> dict[str, Any]:
@@ -285,7 +296,7 @@ def run_stage(
         return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    job = StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after)
+    job = StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after, cfg.rounds)
     STAGE_RUNNERS[stage.kind](job)
 
 

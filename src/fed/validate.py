@@ -283,6 +283,8 @@ def tune_errors(spec: dict[str, Any], methods: dict[str, Any] | None = None, nam
             break
         seen.add(step)
         step = methods[step]["tune"].get("after")
+    if stray := set(spec["tune"].get("round_params") or []) - set(spec["tune"]["grid"]):
+        errors.append(f"tune.round_params: {sorted(stray)} are not grid parameters")
     if "sweep" in spec:
         errors.append("`tune` and `sweep` exclude each other (tune selects on validation data, a sweep on the table's)")
     tune = spec["tune"]
