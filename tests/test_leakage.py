@@ -104,11 +104,11 @@ def test_the_attack_scores_records_by_their_distance_to_the_closest_artifact_by_
     assert only["attack_records"] == 3 and only["advantage"] == 1.0
 
 
-def engine(root, method, **params):
+def engine(root, method, cfg=CFG, **params):
     labels = load_labels("synthetic", root)
     part = make_partition(labels, "label_quantity", 4, seed=0, k=2)
     return Engine(
-        CFG,
+        cfg,
         build_algorithm(method, **params),
         load_dataset("synthetic", root, "train"),
         load_dataset("synthetic", root, "test"),
@@ -310,3 +310,15 @@ def test_audited_columns_by_hand(tmp_path):
     assert privacy.loc["dafl", "update_advantage"] == 0.4 and privacy.loc["dafl", "update_advantage_lo"] == 0.3
     assert math.isnan(privacy.loc["scaffold", "leakage_lo"])  # an audit from before the intervals
     assert "leakage_lo" not in audit_privacy(cells[:1]).columns  # no audit of the table has intervals: no column
+
+
+def test_feddpms_without_a_shared_stage_i_is_audited_after_its_own(synthetic_root):
+    """warm_start: false (the head-to-head protocol's boards): no Stage I file; the audit reruns the cell's P rounds
+    with its seeds, then shares, decodes and attacks."""
+    import dataclasses
+
+    cfg = dataclasses.replace(CFG, model="cnn_dpms_fmnist", rounds=3)
+    eng = engine(synthetic_root, "feddpms", cfg, preliminary_rounds=1, quota=20, noise_multiplier=1.0)
+    assert "warm" not in eng.ctx.stages
+    out = audit(eng, eng.ctx.global_state, TINY)
+    assert out["artifacts"]["decoded_latent_means"]["n"] > 0 and out["artifacts"]["client_updates"]["n"] == 4

@@ -52,6 +52,7 @@ import torch.nn.functional as F
 
 from fed import checkpoint
 from fed.membership import attack, leakage_interval
+from fed.rounds import run_round
 from fed.zsdg import ZSDGConfig, zsdg
 
 # FLea's reconstruction attacker for the audit: the authors' MinimalDecoder (``kind="code"``) trained by Adam for 10
@@ -313,8 +314,13 @@ def audit(
     algorithm, ctx = engine.algorithm, engine.ctx
     algorithm.setup(ctx)
     if algorithm.name == "feddpms":  # Stage II's sharing, from the model Stage I ended with (round P)
-        ckpt = checkpoint.load_file(ctx.stages["warm"], ctx.device, "Stage I")
-        ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
+        if "warm" in ctx.stages:
+            ckpt = checkpoint.load_file(ctx.stages["warm"], ctx.device, "Stage I")
+            ctx.round, ctx.global_state = ckpt["round"] + 1, ckpt["global_state"]
+        else:  # no shared Stage I (warm_start: false): the cell's own P rounds, again, with its seeds
+            while ctx.round < algorithm.preliminary_rounds:
+                run_round(ctx, algorithm)
+            ctx.round += 1
         algorithm.share(ctx)
     items = list(shared_artifacts(algorithm, ctx))
     reconstruction = dict(reconstruction or RECONSTRUCTION)
