@@ -63,3 +63,9 @@ def test_a_tuned_local_setting_is_compared_without_the_value_it_chose():
     rec = record(config={**CONFIG, "lr": 0.05}, tuning={"tune": tune})
     assert reasons(rec, tune=tune) == []
     assert reasons(record(config={**CONFIG, "lr": 0.05})) == ["settings ['lr']"]
+    # tune.after: the lr another method's tuning chose (the head-to-head protocol's shared lr) is tuned too
+    after = {"grid": {"mu": [0.1, 1.0]}, "after": "p_fedavg"}
+    rec = record(config={**CONFIG, "lr": 0.05}, tuning={"tune": after, "after": {"protocol.lr": 0.05}})
+    assert reasons(rec, params={}, tune=after) == []
+    before = record(config={**CONFIG, "lr": 0.05}, tuning={"tune": after})  # a record without what it started from
+    assert reasons(before, params={}, tune=after) == ["settings ['lr']"]

@@ -94,3 +94,4 @@ def test_a_tuning_after_another_runs_at_its_lr_and_scales_its_start_round(synthe
     assert [s["start_round"] for s in record["scores"]] == [2, 3]  # the grid's values, as the cell runs them
     out = run_cell(*common[:1], zdas, *common[1:], tmp_path / "cell", stages={"tuning": tmp_path / "z.pt"})
     assert out["config"]["lr"] == first["protocol.lr"] and out["method"]["params"]["start_round"] in (2, 3)
+    assert out["tuning"]["after"] == first  # what a committed copy is checked against (fed.reference)

@@ -44,7 +44,7 @@ def stale_reasons(
     recorded = {**json_safe(defaults or {}), **json_safe(record.get("config", {}))}
     wanted = json_safe(config)
     method, tuning = record.get("method", {}), record.get("tuning")
-    grid = tuning["tune"]["grid"] if tuning else {}
+    grid = {**tuning["tune"]["grid"], **tuning.get("after", {})} if tuning else {}  # tune.after: that tuning's too
     chosen = {k.removeprefix(PROTOCOL_KEY) for k in grid if k.startswith(PROTOCOL_KEY)}  # settings a tuning chose
     keys = (recorded.keys() | wanted.keys()) - NEUTRAL - chosen
     if changed := sorted(k for k in keys if recorded.get(k) != wanted.get(k)):

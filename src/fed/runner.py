@@ -386,7 +386,7 @@ def run_cell(
         record = {
             **cell,
             "identity": engine.fingerprint(),
-            **({"tuning": {"scores": tuning["scores"], "tune": tuning["tune"]}} if tuning else {}),
+            **({"tuning": {k: tuning[k] for k in ("scores", "tune", "after") if k in tuning}} if tuning else {}),
             **summary,
         }
         tmp = out / "metrics.json.tmp"
