@@ -247,7 +247,16 @@ def update_attack(algorithm, ctx, state: dict[str, torch.Tensor]) -> dict[str, A
     (round R + 1) run their method's own local update from the final global model ``state``; each client's model
     scores its training records (members) and held-out records by minus their cross-entropy, calibrated per (client,
     class) (``fed.membership.attack``). A client's state kept across rounds (control variates, previous models) is
-    the audit's fresh one, not the run's."""
+    the audit's fresh one, not the run's. ``ctx``'s round and global model are left as they were."""
+    before, weights = (ctx.round, ctx.global_state), {k: v.clone() for k, v in ctx.model.state_dict().items()}
+    try:
+        return _update_attack(algorithm, ctx, state)
+    finally:  # the global model of another round than the audit's (ctx.global_model() rebuilds from these)
+        ctx.round, ctx.global_state = before
+        ctx.model.load_state_dict(weights)
+
+
+def _update_attack(algorithm, ctx, state: dict[str, torch.Tensor]) -> dict[str, Any]:
     ctx.global_state, ctx.round = state, ctx.cfg.rounds + 1
     clients = algorithm.select_clients(ctx)
     scores, members, strata = [], [], []
