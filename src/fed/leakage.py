@@ -82,11 +82,22 @@ def dcr(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> tor
 
 def _nearest(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512) -> tuple[torch.Tensor, torch.Tensor]:
     """Each artifact's distance to its closest record and that record's position."""
+    return _both_ways(artifacts, records, chunk)[:2]
+
+
+def _both_ways(artifacts: torch.Tensor, records: torch.Tensor, chunk: int = 512):
+    """``_nearest`` of every artifact, and every record's distance to its closest artifact, from one pass over the
+    distances."""
     a, r = artifacts.flatten(1).double(), records.flatten(1).double()
+    cols = torch.full((len(r),), float("inf"), dtype=torch.float64, device=r.device)
     if not len(a):
-        return a.new_zeros(0), torch.zeros(0, dtype=torch.long, device=a.device)
-    found = [torch.cdist(part, r).min(1) for part in a.split(chunk)]
-    return torch.cat([f.values for f in found]), torch.cat([f.indices for f in found])
+        return a.new_zeros(0), torch.zeros(0, dtype=torch.long, device=a.device), cols
+    rows = []
+    for part in a.split(chunk):
+        d = torch.cdist(part, r)
+        rows.append(d.min(1))
+        cols = torch.minimum(cols, d.min(0).values)
+    return torch.cat([m.values for m in rows]), torch.cat([m.indices for m in rows]), cols
 
 
 def closer_to_train(artifacts: torch.Tensor, train: torch.Tensor, holdout: torch.Tensor) -> torch.Tensor:
@@ -193,7 +204,7 @@ def rates(items: list[Shared], ctx) -> dict[str, dict[str, Any]]:
             continue
         (train, y_train), (hold, y_hold) = ctx.samples(train_idx), ctx.samples(hold_idx)
         a = item.x[finite].to(train.dtype)
-        (d_train, i_train), (d_hold, i_hold) = _nearest(a, train), _nearest(a, hold)
+        (d_train, i_train, train_to_a), (d_hold, i_hold, hold_to_a) = _both_ways(a, train), _both_ways(a, hold)
         hits = _hits(d_train, d_hold)
         chance_client = len(train_idx) / (len(train_idx) + len(hold_idx))
         per_class = _class_chance(y_train, y_hold, ctx.num_classes)
@@ -205,12 +216,18 @@ def rates(items: list[Shared], ctx) -> dict[str, dict[str, Any]]:
         acc["hits"].append(hits)
         acc["d_train"].append(d_train)
         acc["d_hold"].append(d_hold)
-        members = train_idx if item.members is None else item.members
-        records = torch.cat([members.cpu(), hold_idx.cpu()])
-        x_rec, y_rec = ctx.samples(records)
+        if item.members is None:
+            members, to_a = train_idx.cpu(), train_to_a.cpu()
+        else:  # a subset of the training records: their distances by position
+            position = {i: p for p, i in enumerate(train_idx.tolist())}
+            members = item.members.cpu()
+            to_a = train_to_a.cpu()[torch.tensor([position[i] for i in members.tolist()], dtype=torch.long)]
+        records = torch.cat([members, hold_idx.cpu()])
         member = torch.arange(len(records)) < len(members)
-        strata = owner_of[records] * ctx.num_classes + y_rec.cpu()
-        acc["mia"].append((-_nearest(x_rec, a)[0].cpu(), member, strata))
+        strata = owner_of[records] * ctx.num_classes + torch.cat(
+            [ctx.train_set.y[members.to(ctx.train_set.y.device)].cpu(), y_hold.cpu()]
+        )
+        acc["mia"].append((-torch.cat([to_a, hold_to_a.cpu()]), member, strata))
     table = {}
     for i, (kind, acc) in enumerate(sorted(out.items())):
         hits = torch.cat(acc["hits"]) if acc["hits"] else torch.zeros(0)
