@@ -30,7 +30,8 @@ loading, message (de)serialisation; ``process_s`` adds the interpreter start and
 ``rounds_s`` is the training rounds plus the final evaluation only (ours: the engine's per-round seconds; Flower:
 ``FedAvg.start`` around its round loop; Flower's first round also waits for Ray and its actor to start);
 ``steady_s`` is the median round of rounds 2 … R − 1 (no start-up, no evaluation). The ratio reported is
-ours/Flower on ``wall_s``.
+ours/Flower on ``wall_s``. With ``--vectorise`` each seed runs ours looped, ours with the round's clients trained
+together (``fed.batched``) and Flower, back to back, and each of our paths gets its row.
 
 Agreement (computed, per number of rounds): with n ≥ 2 seeds, |mean_ours − mean_flwr| ≤ 2·sqrt(s_ours²/n + s_flwr²/n)
 (s: sample standard deviations of the final global test accuracy over seeds; both frameworks' sampling noise is in
@@ -143,7 +144,7 @@ def run_ours(cell: Cell) -> dict[str, Any]:
     summary = engine.run()
     wall = time.perf_counter() - t0
     return {
-        "framework": "ours",
+        "framework": "batched" if cell.cfg.get("vectorise") else "ours",
         "wall_s": wall,
         "rounds_s": sum(r["seconds"] for r in summary["history"]),
         "round_s": [r["seconds"] for r in summary["history"]],  # the last one includes the final evaluation
@@ -301,57 +302,63 @@ def agreement(ours: list[float], flwr: list[float], tolerance: float) -> dict[st
     return {"diff": diff, "bound": bound, "rule": rule, "agree": abs(diff) <= bound}
 
 
+OURS = {"ours": "ours", "batched": "ours, batched"}  # our engine looped, and with a round's clients trained together
+
+
 def summarise(runs: list[dict[str, Any]], tolerance: float) -> list[dict[str, Any]]:
+    """One row per number of rounds and our engine's path ("ours": clients looped; "batched": ``--vectorise``)."""
     rows = []
     for rounds in sorted({r["rounds"] for r in runs}):
-        by = {fw: [r for r in runs if r["rounds"] == rounds and r["framework"] == fw] for fw in ("ours", "flower")}
-        if not by["ours"] or not by["flower"]:
-            continue
+        by = {fw: [r for r in runs if r["rounds"] == rounds and r["framework"] == fw] for fw in (*OURS, "flower")}
+        for engine in OURS:
+            if not by[engine] or not by["flower"]:
+                continue
 
-        def mean(fw: str, key: str, by: dict = by) -> float:
-            return statistics.fmean(r[key] for r in by[fw])
+            def mean(fw: str, key: str, by: dict = by) -> float:
+                return statistics.fmean(r[key] for r in by[fw])
 
-        def sd(fw: str, by: dict = by) -> float:
-            return statistics.stdev(r["global_acc"] for r in by[fw]) if len(by[fw]) > 1 else math.nan
+            def sd(fw: str, by: dict = by) -> float:
+                return statistics.stdev(r["global_acc"] for r in by[fw]) if len(by[fw]) > 1 else math.nan
 
-        rows.append(
-            {
-                "rounds": rounds,
-                "seeds": sorted(r["seed"] for r in by["ours"]),
-                "ours_wall_s": mean("ours", "wall_s"),
-                "flower_wall_s": mean("flower", "wall_s"),
-                "ratio_ours_over_flower": mean("ours", "wall_s") / mean("flower", "wall_s"),
-                # ours and Flower of a seed ran back to back: their ratio sees the same background load
-                "ratio_per_seed": {
-                    o["seed"]: o["wall_s"] / f["wall_s"]
-                    for o in by["ours"]
-                    for f in by["flower"]
-                    if f["seed"] == o["seed"]
-                },
-                "ours_rounds_s": mean("ours", "rounds_s"),
-                "flower_rounds_s": mean("flower", "rounds_s"),
-                "ratio_rounds_only": mean("ours", "rounds_s") / mean("flower", "rounds_s"),
-                "ours_steady_s": mean("ours", "steady_s"),
-                "flower_steady_s": mean("flower", "steady_s"),
-                "ratio_steady": mean("ours", "steady_s") / mean("flower", "steady_s"),
-                "ours_process_s": mean("ours", "process_s"),
-                "flower_process_s": mean("flower", "process_s"),
-                "ours_acc": mean("ours", "global_acc"),
-                "ours_acc_sd": sd("ours"),
-                "flower_acc": mean("flower", "global_acc"),
-                "flower_acc_sd": sd("flower"),
-                "agreement": agreement(
-                    [r["global_acc"] for r in by["ours"]], [r["global_acc"] for r in by["flower"]], tolerance
-                ),
-            }
-        )
+            def per_seed(a: str, b: str, by: dict = by) -> dict[int, float]:
+                # the runs of a seed ran back to back: their ratio sees the same background load
+                return {x["seed"]: x["wall_s"] / y["wall_s"] for x in by[a] for y in by[b] if y["seed"] == x["seed"]}
+
+            rows.append(
+                {
+                    "rounds": rounds,
+                    "engine": engine,
+                    "seeds": sorted(r["seed"] for r in by[engine]),
+                    "ours_wall_s": mean(engine, "wall_s"),
+                    "flower_wall_s": mean("flower", "wall_s"),
+                    "ratio_ours_over_flower": mean(engine, "wall_s") / mean("flower", "wall_s"),
+                    "ratio_per_seed": per_seed(engine, "flower"),
+                    "ratio_over_loop_per_seed": per_seed(engine, "ours") if by["ours"] else {},
+                    "ours_rounds_s": mean(engine, "rounds_s"),
+                    "flower_rounds_s": mean("flower", "rounds_s"),
+                    "ratio_rounds_only": mean(engine, "rounds_s") / mean("flower", "rounds_s"),
+                    "ours_steady_s": mean(engine, "steady_s"),
+                    "flower_steady_s": mean("flower", "steady_s"),
+                    "ratio_steady": mean(engine, "steady_s") / mean("flower", "steady_s"),
+                    "ours_process_s": mean(engine, "process_s"),
+                    "flower_process_s": mean("flower", "process_s"),
+                    "ours_acc": mean(engine, "global_acc"),
+                    "ours_acc_sd": sd(engine),
+                    "flower_acc": mean("flower", "global_acc"),
+                    "flower_acc_sd": sd("flower"),
+                    "agreement": agreement(
+                        [r["global_acc"] for r in by[engine]], [r["global_acc"] for r in by["flower"]], tolerance
+                    ),
+                }
+            )
     return rows
 
 
 def markdown(row: dict[str, Any]) -> str:
     a, per_seed = row["agreement"], list(row["ratio_per_seed"].values())
     return (
-        f"| {row['rounds']} | {len(row['seeds'])} | {row['ours_wall_s']:.1f} | {row['flower_wall_s']:.1f} | "
+        f"| {row['rounds']} | {OURS[row.get('engine', 'ours')]} | {len(row['seeds'])} | "
+        f"{row['ours_wall_s']:.1f} | {row['flower_wall_s']:.1f} | "
         f"**{row['ratio_ours_over_flower']:.2f}** ({min(per_seed):.2f}–{max(per_seed):.2f}) | "
         f"{row['ours_steady_s']:.1f} | {row['flower_steady_s']:.1f} | "
         f"{row['ours_acc']:.2f} ± {row['ours_acc_sd']:.2f} | {row['flower_acc']:.2f} ± {row['flower_acc_sd']:.2f} | "
@@ -360,8 +367,8 @@ def markdown(row: dict[str, Any]) -> str:
 
 
 MARKDOWN_HEADER = (
-    "| rounds | seeds | ours s | Flower s | ours/Flower (per seed) | ours s/round | Flower s/round | ours acc % "
-    "| Flower acc % | Δ acc (agreement) |\n|---|---|---|---|---|---|---|---|---|---|"
+    "| rounds | engine | seeds | ours s | Flower s | ours/Flower (per seed) | ours s/round | Flower s/round "
+    "| ours acc % | Flower acc % | Δ acc (agreement) |\n|---|---|---|---|---|---|---|---|---|---|---|"
 )
 
 
@@ -369,7 +376,10 @@ MARKDOWN_HEADER = (
 def worker(framework: str, cell_path: str) -> None:
     """One timed run in this fresh process; prints one JSON line (prefixed RESULT) last."""
     cell = Cell(**json.loads(Path(cell_path).read_text()))
-    result = run_ours(cell) if framework == "ours" else run_flower(cell)
+    if framework in OURS:
+        result = run_ours(dataclasses.replace(cell, cfg=dict(cell.cfg, vectorise=framework == "batched")))
+    else:
+        result = run_flower(cell)
     result.pop("state", None)
     print("RESULT " + json.dumps(result | {"seed": cell.seed, "rounds": cell.rounds}), flush=True)
 
@@ -390,7 +400,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--preset", default="fedzda")
     ap.add_argument("--partition", default="unimodal", help="a partition of config/papers/fedzda.yaml")
     ap.add_argument("--overlay", nargs="*", default=["config/fmnist.yaml"], help="config overlays (repo-relative)")
-    ap.add_argument("--vectorise", action="store_true", help="ours trains a round's clients together (fed.batched)")
+    ap.add_argument(
+        "--vectorise", action="store_true", help="also run ours with a round's clients trained together (fed.batched)"
+    )
     ap.add_argument("--tolerance", type=float, default=5.0, help="one seed only: agreement tolerance, points")
     ap.add_argument("--out", default="benchmarks/logs/flower_fedavg.json", help="the JSON written at the end")
     ap.add_argument("--log-dir", default="benchmarks/logs/flower_fedavg", help="one text log per run")
@@ -415,10 +427,10 @@ def main(argv: list[str] | None = None) -> None:
             part = write_partition(spec, preset, args.dataset, args.data_root, seed, Path(tmp) / f"part{seed}.json")
             for rounds in args.rounds:
                 root = str(Path(args.data_root).resolve())
-                cell = make_cell(preset, args.dataset, root, str(part), seed, rounds, args.vectorise)
+                cell = make_cell(preset, args.dataset, root, str(part), seed, rounds)
                 cell_path = Path(tmp) / f"cell{seed}_{rounds}.json"
                 cell_path.write_text(json.dumps(dataclasses.asdict(cell)))
-                for framework in ("ours", "flower"):
+                for framework in ("ours", "batched", "flower") if args.vectorise else ("ours", "flower"):
                     log = log_dir / f"{framework}_r{rounds}_seed{seed}.log"
                     t0 = time.perf_counter()
                     with open(log, "w") as fh:

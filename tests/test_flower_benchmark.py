@@ -113,3 +113,24 @@ def test_flower_simulation_equals_ours_with_one_client(synthetic_root, tmp_path)
         assert torch.equal(flower["state"][name].to(value.dtype), value), name
     assert flower["global_acc"] == ours["global_acc"]
     assert len(flower["round_s"]) == len(ours["round_s"]) == 1
+
+
+def test_the_summary_has_a_row_per_engine_with_per_seed_ratios_to_flower_and_to_the_loop():
+    def run(framework, seed, wall):
+        return {"framework": framework, "seed": seed, "rounds": 5, "wall_s": wall, "rounds_s": wall, "steady_s": 1.0,
+                "process_s": wall, "global_acc": 50.0 + seed}  # fmt: skip
+
+    runs = [run("ours", 0, 80), run("batched", 0, 100), run("flower", 0, 90)]
+    runs += [run("ours", 1, 90), run("batched", 1, 110), run("flower", 1, 100)]
+    rows = {r["engine"]: r for r in fb.summarise(runs, 5.0)}
+    assert set(rows) == {"ours", "batched"}
+    assert rows["ours"]["ratio_per_seed"] == {0: 80 / 90, 1: 0.9} and rows["ours"]["ratio_over_loop_per_seed"] == {
+        0: 1.0,
+        1: 1.0,
+    }
+    assert rows["batched"]["ratio_per_seed"] == {0: 100 / 90, 1: 1.1}
+    assert rows["batched"]["ratio_over_loop_per_seed"] == {0: 1.25, 1: 110 / 90}
+    assert rows["batched"]["ratio_ours_over_flower"] == pytest.approx(105 / 95)
+    assert "| 5 | ours, batched | 2 |" in fb.markdown(rows["batched"])
+    only_loop = fb.summarise([r for r in runs if r["framework"] != "batched"], 5.0)  # an older run's record
+    assert [r["engine"] for r in only_loop] == ["ours"]
