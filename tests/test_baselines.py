@@ -130,6 +130,35 @@ def test_fedmix_and_naivemix_by_hand():
         build_algorithm("naivemix", lam_beta=0)
 
 
+def test_fedmix_s_taylor_term_is_autograd_s_input_gradient_and_moves_batchnorm_once():
+    """fedmix_loss takes ∂ℓ/∂x with torch.func (so that clients can batch it): its value, its gradient by the
+    parameters (through the Taylor term's second derivative) and the BatchNorm statistics after it equal the
+    torch.autograd formulation's, with one forward pass."""
+
+    def reference(model, x, y, x_bar, y_bar, lam):
+        x_in = ((1 - lam) * x).detach().requires_grad_(True)
+        logits = model(x_in)
+        ce = torch.nn.functional.cross_entropy(logits, y)
+        (g,) = torch.autograd.grad(ce, x_in, create_graph=True)
+        return (1 - lam) * ce + lam * soft_cross_entropy(logits, y_bar) + lam * (g * x_bar).sum()
+
+    torch.manual_seed(0)
+    make = lambda: nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Tanh(), nn.Linear(4, 2)).double()  # noqa: E731
+    ours, theirs = make(), make()
+    theirs.load_state_dict(ours.state_dict())
+    x, y = torch.randn(5, 3, dtype=torch.float64), torch.tensor([0, 1, 1, 0, 1])
+    x_bar, y_bar = torch.randn(5, 3, dtype=torch.float64), torch.softmax(torch.randn(5, 2, dtype=torch.float64), 1)
+    got, want = fedmix_loss(ours, x, y, x_bar, y_bar, 0.3), reference(theirs, x, y, x_bar, y_bar, 0.3)
+    torch.testing.assert_close(got, want, rtol=1e-12, atol=1e-12)
+    for a, b in zip(
+        torch.autograd.grad(got, list(ours.parameters())), torch.autograd.grad(want, list(theirs.parameters()))
+    ):
+        torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=0, atol=1e-15, msg=name)
+    assert int(ours[1].num_batches_tracked) == 1
+
+
 def test_mean_batches_and_raw_share():
     x = torch.arange(6, dtype=torch.float32).view(6, 1)
     y = T([0, 0, 1, 1, 1, 0])

@@ -42,6 +42,7 @@ BATCHED = {
     "fedzdas": ("fedzdas", {"zsdg": {"per_class": 2, "iterations": 3}, "start_round": 2}),
     "moon": ("moon", {"mu": 0.8, "tau": 0.7, "projection_dim": 3}),
     "naivemix": ("naivemix", {"lam": 0.2, "mean_batch": 2}),
+    "fedmix": ("fedmix", {"lam": 0.2, "mean_batch": 2}),
     "naivemix_beta": ("naivemix", {"lam_beta": 2.0, "mean_batch": 2}),
     "dafl": ("dafl", {"gamma": 0.5, "pls_epsilon": 3.0}),
     "flea": ("flea", {"share_fraction": 0.5, "lambda_ce": 0.4}),
@@ -159,9 +160,9 @@ def test_the_run_s_log_says_which_path_trains_its_clients(monkeypatch):
     from fed.models import MODELS
 
     monkeypatch.setitem(MODELS, "wiring_mlp", wiring_mlp)
-    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("fedmix", "one by one")):
+    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("fedbr", "one by one")):
         log = io.StringIO()
         with float64():
-            alg = build_algorithm(algorithm, **({"mean_batch": 2} if algorithm == "fedmix" else {}))
+            alg = build_algorithm(algorithm, **({"mean_batch": 2, "projection_dim": 3} if algorithm == "fedbr" else {}))
             Engine(replace(CFG, rounds=1), alg, *tiny_data(), seed=0, progress=log).run()
         assert expected in log.getvalue(), log.getvalue()

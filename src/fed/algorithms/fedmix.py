@@ -16,19 +16,30 @@ from __future__ import annotations
 import numpy as np
 import torch
 import torch.nn.functional as F
+from torch.func import functional_call, grad
 
 from fed.algorithms.base import Algorithm
 from fed.losses import one_hot, soft_cross_entropy
 from fed.sharing import mean_batches, share_subset
 
 
+def input_gradient(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:
+    """∂CE(f(x), y)/∂x (mean-reduced: per-sample gradients / B), itself differentiable by the model's parameters,
+    and the logits f(x) of the same forward pass, whose BatchNorm statistics move once as in ``model(x)``.
+    ``torch.func.grad`` rather than ``torch.autograd.grad``, so that a round's clients can take it together
+    (``fed.batched``); the buffers go in as inputs, because a transform may only update its inputs in place."""
+
+    def ce(x_in, buffers):
+        logits = functional_call(model, dict(model.named_parameters()) | buffers, (x_in,))
+        return F.cross_entropy(logits, y), logits
+
+    return grad(ce, has_aux=True)(x.detach(), dict(model.named_buffers()))
+
+
 def fedmix_loss(model, x, y, x_bar, y_bar, lam: float) -> torch.Tensor:
-    x_in = ((1 - lam) * x).detach().requires_grad_(True)
-    logits = model(x_in)
-    ce = F.cross_entropy(logits, y)
-    (grad,) = torch.autograd.grad(ce, x_in, create_graph=True)  # mean-reduced: per-sample gradients / B
-    taylor = (grad * x_bar).sum()  # = mean_i ⟨∂ℓ_i/∂x, x̄_i⟩
-    return (1 - lam) * ce + lam * soft_cross_entropy(logits, y_bar) + lam * taylor
+    grad_x, logits = input_gradient(model, (1 - lam) * x, y)
+    taylor = (grad_x * x_bar).sum()  # = mean_i ⟨∂ℓ_i/∂x, x̄_i⟩
+    return (1 - lam) * F.cross_entropy(logits, y) + lam * soft_cross_entropy(logits, y_bar) + lam * taylor
 
 
 def naivemix_loss(model, x, y, x_bar, y_bar, lam: float | torch.Tensor, num_classes: int) -> torch.Tensor:
@@ -79,8 +90,7 @@ class MeanSharing(Algorithm):
 
 class FedMix(MeanSharing):
     name = "fedmix"
-    # stays on the loop: its Taylor term differentiates the loss by the input inside the objective, a nested
-    # gradient that torch.func cannot take while BatchNorm updates its statistics in place (tried as a jvp)
+    vectorise = True
 
     def step_draws(self, model, x, y, local, ctx):
         x_bar, y_bar = self.draw(local, len(y))
