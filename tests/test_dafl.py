@@ -1,7 +1,9 @@
 """DA-FL (Tang et al. 2023): PSG's privacy accounting (Opacus), PLS's output distribution, and what leaves a client."""
 
+import io
 import json
 import math
+import shutil
 import warnings
 
 import numpy as np
@@ -311,6 +313,56 @@ def test_the_gan_stage_file_holds_generators_and_accounting_never_data(dafl_cell
         assert set(client["generator"]) == generator_keys
         assert client["epsilon"] == pytest.approx(opacus_epsilon(0.5, client["sample_rate"], client["steps"], 1e-5))
         assert not any(isinstance(v, torch.Tensor) for k, v in client.items() if k != "generator")
+
+
+def test_the_dp_noise_drawn_on_the_host_is_opacus_own_draw_on_the_cpu(monkeypatch):
+    """train_psg draws DP-SGD's noise on the CPU on every device (so a GPU stage is the CPU's draw); on the CPU that
+    is Opacus' own DPOptimizer, generator for generator."""
+    from opacus.optimizers import DPOptimizer
+
+    from fed import dpgan
+
+    torch.manual_seed(1)
+    x, y = torch.rand(40, 1, 32, 32) * 2 - 1, torch.randint(3, (40,))
+    settings = PSGSettings(**{**TINY_GAN, "noise_multiplier": 1.3})
+    ours = train_psg(x, y, 3, settings, seed=4)
+    monkeypatch.setattr(dpgan, "_host_noise_optimizer", lambda: DPOptimizer)
+    theirs = train_psg(x, y, 3, settings, seed=4)
+    assert ours.steps == theirs.steps > 1
+    for name, tensor in ours.generator.items():
+        assert torch.equal(tensor, theirs.generator[name]), name
+
+
+def test_the_gan_stage_trains_clients_at_once_in_processes_of_their_own_as_it_trains_them_in_turn(
+    dafl_cell, synthetic_root, tmp_path
+):
+    """``threads`` clients at a time (``fed.dpgan.train_clients``: ``python -m fed.dpgan`` per client) give the
+    in-process stage's file, generator for generator; a stage killed after some clients trains only the rest."""
+    spec, part, gans = dafl_cell
+    stage = build_algorithm("dafl", **spec.params).stages()["gans"]
+    work, log = tmp_path / "w2", io.StringIO()
+    work.mkdir()
+    shutil.copyfile(tmp_path / "w" / "client1.pt", work / "client1.pt")  # one client finished before a kill
+    run_stage(stage, CFG, "synthetic", synthetic_root, part, 0, tmp_path / "g2.pt", work, threads=2, progress=log)
+    assert "3 of 4 clients to train" in log.getvalue() and "2 at a time" in log.getvalue()
+    assert sorted(p.name for p in work.glob("client*.log")) == ["client0.log", "client2.log", "client3.log"]
+    assert not list(work.glob("*.request.pt")) and not list(work.glob("*.tmp"))
+    one, two = torch.load(gans, weights_only=False), torch.load(tmp_path / "g2.pt", weights_only=False)
+    for a, b in zip(one["clients"], two["clients"], strict=True):
+        assert {k: v for k, v in a.items() if k not in ("generator", "seconds")} == {
+            k: v for k, v in b.items() if k not in ("generator", "seconds")
+        }
+        for name, tensor in a["generator"].items():
+            assert torch.equal(tensor, b["generator"][name]), name
+
+
+def test_a_failing_client_process_names_its_client_and_shows_its_log(tmp_path):
+    from fed.dpgan import train_clients
+
+    bad = lambda k: {"x": torch.zeros(2, 1, 32, 32), "y": torch.zeros(2, dtype=torch.long), "num_classes": 1,  # noqa: E731
+                     "settings": {"no_such_option": 1}, "seed": k}  # fmt: skip
+    with pytest.raises(RuntimeError, match=r"(?s)PSG of client \d failed .*no_such_option"):
+        train_clients([0, 1], bad, tmp_path, workers=2)
 
 
 def dafl_engine(spec, part, gans, root):

@@ -124,3 +124,18 @@ def test_the_leakage_audit_runs_on_the_gpu_as_on_the_cpu(name, synthetic_root, p
         assert (gpu[kind]["n"], gpu[kind]["audited"]) == (cpu[kind]["n"], cpu[kind]["audited"]), kind
         assert gpu[kind]["closer_to_train"] == pytest.approx(cpu[kind]["closer_to_train"], abs=0.15), kind
     assert gpu.get("raw_samples", {}).get("leakage", 1.0) == 1.0
+
+
+def test_a_dp_cgan_on_the_gpu_is_the_cpu_s_draw():
+    """DA-FL's PSG takes every random draw on the CPU (fed.dpgan.train_psg), DP-SGD's noise included: on CUDA it
+    takes the same steps, spends the same ε and ends at the CPU's generator up to kernel rounding."""
+    from fed.dpgan import PSGSettings, train_psg
+
+    torch.manual_seed(1)
+    x, y = torch.rand(64, 1, 32, 32) * 2 - 1, torch.randint(3, (64,))
+    settings = PSGSettings(rounds=2, batch_size=16, width=4)
+    gpu, cpu = (train_psg(x, y, 3, settings, seed=4, device=device) for device in ("cuda", "cpu"))
+    assert (gpu.steps, gpu.epsilon) == (cpu.steps, cpu.epsilon) and gpu.steps > 1
+    for name, tensor in cpu.generator.items():
+        assert not gpu.generator[name].is_cuda
+        torch.testing.assert_close(gpu.generator[name], tensor, rtol=1e-3, atol=1e-4, msg=name)

@@ -22,8 +22,14 @@ noise (Sec. 4.3: "不对 GAN 训练添加噪声"); clipping stays, so ε = ∞ d
 from __future__ import annotations
 
 import math
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, as_completed
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -160,20 +166,50 @@ class PSGResult:
         return asdict(self)
 
 
+def _host_noise_optimizer():
+    """Opacus' DPOptimizer with its Gaussian noise drawn on the CPU and moved to the parameter's device: Opacus draws
+    it on the device, from a generator of that device, which would make a GPU stage another draw than the CPU's.
+    On the CPU the same call as Opacus' (``_generate_noise``, not in secure mode), so the same numbers."""
+    from opacus.optimizers import DPOptimizer
+    from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
+
+    class HostNoiseDPOptimizer(DPOptimizer):
+        def add_noise(self):
+            std = self.noise_multiplier * self.max_grad_norm
+            for p in self.params:
+                _check_processed_flag(p.summed_grad)
+                g = p.summed_grad
+                noise = torch.zeros(g.shape, dtype=g.dtype)
+                if std:
+                    noise = torch.normal(0, std, g.shape, generator=self.generator, dtype=g.dtype)
+                p.grad = (g + noise.to(g.device)).view_as(p)
+                _mark_as_processed(p.summed_grad)
+
+    return HostNoiseDPOptimizer
+
+
 def train_psg(
-    x: torch.Tensor, y: torch.Tensor, num_classes: int, settings: PSGSettings, seed: int, progress=None
+    x: torch.Tensor,
+    y: torch.Tensor,
+    num_classes: int,
+    settings: PSGSettings,
+    seed: int,
+    progress=None,
+    device: str | torch.device = "cpu",
 ) -> PSGResult:
-    """Algorithm 2 on one client's images ``x`` (in GAN space, (n, C, 32, 32)) and labels ``y``."""
+    """Algorithm 2 on one client's images ``x`` (in GAN space, (n, C, 32, 32)) and labels ``y``, on ``device``.
+    Every random draw — initial weights, Poisson masks, generator inputs, DP-SGD's Gaussian noise — is taken on the
+    CPU from the same seeded streams on every device, so a GPU run differs from a CPU run by kernel rounding only."""
     from opacus import GradSampleModule
     from opacus.accountants import RDPAccountant
-    from opacus.optimizers import DPOptimizer
     from opacus.validators import ModuleValidator
 
     started = time.perf_counter()
     torch.manual_seed(seed)
-    channels, n = x.shape[1], len(y)
-    G = Generator(num_classes, channels, settings.noise_dim, settings.width)
-    D = Discriminator(num_classes, channels, settings.width)
+    channels, n, device = x.shape[1], len(y), torch.device(device)
+    G = Generator(num_classes, channels, settings.noise_dim, settings.width).to(device)
+    D = Discriminator(num_classes, channels, settings.width).to(device)
+    x, y = x.to(device), y.to(device)
     ModuleValidator.validate(D, strict=True)
     opt_g = torch.optim.Adam(G.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
     opt_d = torch.optim.Adam(D.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
@@ -186,7 +222,7 @@ def train_psg(
     # per-sample gradients, accumulated over the real and the fake forward pass
     D = GradSampleModule(D, force_functorch=settings.grad_sample_mode == "functorch")
     D.forbid_grad_accumulation()
-    opt_d = DPOptimizer(
+    opt_d = _host_noise_optimizer()(
         opt_d,
         noise_multiplier=sigma,
         max_grad_norm=settings.max_grad_norm,
@@ -200,7 +236,7 @@ def train_psg(
     masks, z_gen = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 3)
     real, fake = 1.0, 0.0
     for t in range(1, budget + 1):
-        idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1)  # line 4: Poisson, each sample w.p. q
+        idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1).to(device)  # line 4: Poisson, each w.p. q
         opt_d.zero_grad(set_to_none=True)
         if not len(idx):  # an empty Poisson batch is a step too: the noise alone
             for p in D.parameters():
@@ -208,10 +244,11 @@ def train_psg(
             opt_d.step()
             continue
         xb, yb = x[idx], y[idx]
-        x_fake = G(torch.randn(len(idx), settings.noise_dim, generator=z_gen), yb)  # lines 3, 6
+        x_fake = G(torch.randn(len(idx), settings.noise_dim, generator=z_gen).to(device), yb)  # lines 3, 6
+        target = {v: torch.full((len(yb),), v, device=device) for v in (real, fake)}
         # discriminator: one DP-SGD step on −ℓ_i (real and fake of index i are one sample), lines 7-12
-        loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), torch.full((len(yb),), real)) + (
-            F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), torch.full((len(yb),), fake))
+        loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), target[real]) + (
+            F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), target[fake])
         )
         loss_d.backward()
         opt_d.step()
@@ -221,9 +258,9 @@ def train_psg(
         opt_g.zero_grad(set_to_none=True)
         logits = D(x_fake, yb)
         if settings.generator_loss == "saturating":  # log(1 − D) = −BCE(·, fake)
-            loss_g = -F.binary_cross_entropy_with_logits(logits, torch.full((len(yb),), fake))
+            loss_g = -F.binary_cross_entropy_with_logits(logits, target[fake])
         else:
-            loss_g = F.binary_cross_entropy_with_logits(logits, torch.full((len(yb),), real))
+            loss_g = F.binary_cross_entropy_with_logits(logits, target[real])
         loss_g.backward()
         opt_g.step()
         D.requires_grad_(True)
@@ -238,7 +275,7 @@ def train_psg(
             f"PSG overspent its budget: ε = {epsilon} after {steps} steps at q = {q}, ε0 = {settings.epsilon}"
         )
     return PSGResult(
-        {k: v.detach().clone() for k, v in G.state_dict().items()},
+        {k: v.detach().cpu().clone() for k, v in G.state_dict().items()},
         steps,
         scheduled,
         epsilon,
@@ -246,6 +283,75 @@ def train_psg(
         budget < scheduled,
         time.perf_counter() - started,
     )
+
+
+def _save(record: dict[str, Any], path: Path) -> None:
+    torch.save(record, path.with_suffix(".tmp"))
+    path.with_suffix(".tmp").replace(path)  # whole or absent: a killed stage resumes at the next unfinished client
+
+
+def client_record(request: dict[str, Any], progress=None) -> dict[str, Any]:
+    """One client's PSG from its ``request`` (train_psg's arguments, ``settings`` as a dict): the settings and
+    the result, as the stage stores them."""
+    settings = PSGSettings(**request["settings"])
+    args = [request[k] for k in ("x", "y", "num_classes")]
+    result = train_psg(*args, settings, request["seed"], progress, request.get("device", "cpu"))
+    return {"settings": request["settings"], **result.record()}
+
+
+def train_clients(
+    clients: list[int],
+    request: Callable[[int], dict[str, Any]],
+    work_dir: Path,
+    workers: int = 1,
+    progress=None,
+) -> None:
+    """PSG at each of ``clients``, each written to ``work_dir/client{k}.pt`` as it ends. ``workers`` > 1 trains
+    that many clients at once, each in a process of its own with one thread (``python -m fed.dpgan``; on a GPU
+    they share the device, whose small DP-SGD steps leave it idle between launches). Every client draws from its
+    own seeded streams, so the stage's output does not depend on ``workers``."""
+
+    def done(k: int) -> None:
+        if progress:
+            r = torch.load(work_dir / f"client{k}.pt", weights_only=False, map_location="cpu")
+            print(f"  client {k}: {r['steps']}/{r['scheduled_steps']} steps, ε = {r['epsilon']:.3f}, "
+                  f"{r['seconds']:.0f} s", file=progress, flush=True)  # fmt: skip
+
+    if workers <= 1 or len(clients) <= 1:
+        for k in clients:
+            req = request(k)
+            if progress:
+                print(f"client {k}: {len(req['y'])} samples", file=progress, flush=True)
+            _save(client_record(req, progress), work_dir / f"client{k}.pt")
+            done(k)
+        return
+
+    env = dict(os.environ, OMP_NUM_THREADS="1")
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+
+    def run(k: int) -> int:
+        path = work_dir / f"client{k}.request.pt"
+        _save(request(k), path)
+        with open(work_dir / f"client{k}.log", "w") as log:
+            cmd = [sys.executable, "-m", "fed.dpgan", str(path), str(work_dir / f"client{k}.pt")]
+            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        if code:
+            tail = (work_dir / f"client{k}.log").read_text()[-3000:]
+            raise RuntimeError(f"PSG of client {k} failed (exit {code}); its log ends:\n{tail}")
+        path.unlink()
+        return k
+
+    if progress:
+        print(f"{len(clients)} clients, {workers} at a time (logs: {work_dir}/client*.log)", file=progress, flush=True)
+    with ThreadPoolExecutor(workers) as pool:
+        futures = [pool.submit(run, k) for k in clients]
+        try:
+            for future in as_completed(futures):
+                done(future.result())
+        except BaseException:
+            for f in futures:  # the running ones finish and keep their clients; the rest are not started
+                f.cancel()
+            raise
 
 
 def generate(
@@ -266,3 +372,8 @@ def generate(
     z = torch.randn(len(labels), settings.noise_dim, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         return G(z, labels.cpu())
+
+
+if __name__ == "__main__":  # one client of train_clients: python -m fed.dpgan REQUEST OUT
+    torch.set_num_threads(1)
+    _save(client_record(torch.load(sys.argv[1], weights_only=False), sys.stdout), Path(sys.argv[2]))

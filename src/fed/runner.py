@@ -25,7 +25,7 @@ from fed.config import FLConfig, MethodSpec
 from fed.data.datasets import info as dataset_info
 from fed.data.datasets import load_dataset
 from fed.data.partition import PartitionError, num_clients_for_avg_size, read_partition, validation_split
-from fed.dpgan import PSGSettings, to_gan_space, train_psg
+from fed.dpgan import PSGSettings, to_gan_space, train_clients
 from fed.engine import Engine
 from fed.metrics import LOWER_IS_BETTER, VALIDATION_METRICS
 from fed.reference import json_safe
@@ -105,6 +105,7 @@ class StageJob:
     progress: TextIO | None = None
     after: str | None = None  # a tuning's ``tune.after``: the file of the tuning whose choice it starts from
     rounds: int | None = None  # the preset's rounds (a tuning's ``round_params`` scale from them)
+    threads: int = 1  # the job's threads (a DP-CGAN stage trains as many clients at once)
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -214,40 +215,30 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
 
 
 def run_dp_cgan(job: StageJob) -> None:
-    """DA-FL's PSG (Algorithm 2) at every client, on its own training split: one DP-CGAN each. Writes the
-    generators and each one's DP-SGD steps, ε and seconds; a killed stage resumes at the next unfinished client."""
+    """DA-FL's PSG (Algorithm 2) at every client, on its own training split: one DP-CGAN each, ``job.threads``
+    clients at a time (``fed.dpgan.train_clients``). Writes the generators and each one's DP-SGD steps, ε and
+    seconds; a killed stage resumes at the next unfinished client."""
     settings = PSGSettings.from_params(dict(job.stage.params))
     ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
     meta = dataset_info(job.dataset)
     job.work_dir.mkdir(parents=True, exist_ok=True)
-    clients = []
-    for k in range(ctx.num_clients):
+
+    def finished(k: int) -> dict[str, Any] | None:
         part = job.work_dir / f"client{k}.pt"
         done = torch.load(part, weights_only=False, map_location="cpu") if part.exists() else None
-        if done is None or done["settings"] != dataclasses.asdict(settings):
-            x, y = ctx.client_data(k)
-            log = job.progress
-            if log:
-                print(f"[{job.stage.key}] client {k + 1}/{ctx.num_clients}: {len(y)} samples", file=log, flush=True)
-            result = train_psg(
-                to_gan_space(x.cpu().float(), meta.mean, meta.std),
-                y.cpu(),
-                ctx.num_classes,
-                settings,
-                ctx.seed_int("psg", k),
-                log,
-            )
-            done = {"settings": dataclasses.asdict(settings), **result.record()}
-            torch.save(done, part.with_suffix(".tmp"))
-            part.with_suffix(".tmp").replace(part)
-            if log:
-                print(
-                    f"  {result.steps}/{result.scheduled_steps} steps, ε = {result.epsilon:.3f}, "
-                    f"{result.seconds:.0f} s",
-                    file=log,
-                    flush=True,
-                )
-        clients.append(done)
+        return done if done is not None and done["settings"] == dataclasses.asdict(settings) else None
+
+    def request(k: int) -> dict[str, Any]:
+        x, y = ctx.client_data(k)
+        x = to_gan_space(x.cpu().float(), meta.mean, meta.std)
+        args = {"settings": dataclasses.asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
+        return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args}
+
+    todo = [k for k in range(ctx.num_clients) if finished(k) is None]
+    if job.progress:
+        print(f"[{job.stage.key}] {len(todo)} of {ctx.num_clients} clients to train", file=job.progress, flush=True)
+    train_clients(todo, request, job.work_dir, job.threads, job.progress)
+    clients = [finished(k) for k in range(ctx.num_clients)]
     record = {
         "settings": dataclasses.asdict(settings),
         "dataset": job.dataset,
@@ -296,7 +287,9 @@ def run_stage(
         return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    job = StageJob(stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after, cfg.rounds)
+    job = StageJob(
+        stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after, cfg.rounds, threads
+    )
     STAGE_RUNNERS[stage.kind](job)
 
 
