@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 import torch
 from torch import nn
+from torch.func import functional_call
 
 from fed.algorithms import build_algorithm
 from fed.algorithms.base import LocalContext
@@ -89,6 +90,26 @@ def test_fedbr_max_step_by_hand():
     assert p.a.item() == pytest.approx(1 + 0.1 / math.sqrt(2), rel=1e-6)  # ascent: the local view gains
 
 
+def test_fedbr_s_max_step_by_torch_func_is_autograd_s():
+    """adversarial_step takes ∇_P ℓ_con with torch.func (so that clients can batch it): the step equals the
+    torch.autograd formulation that produced the committed FedBR cells, to float64 rounding."""
+    torch.manual_seed(0)
+    ours = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4)).double()
+    theirs = nn.Sequential(nn.Linear(3, 4), nn.ReLU(), nn.Linear(4, 4)).double()
+    theirs.load_state_dict(ours.state_dict())
+    h_p, h_g, h_l = (torch.randn(5, 3, dtype=torch.float64) for _ in range(3))
+    before = ours[2].weight.detach().clone()
+    adversarial_step(ours, h_p, h_g, h_l, tau=0.6, lr=0.3)
+    assert not torch.equal(ours[2].weight, before)  # the step moved P
+    params = dict(theirs.named_parameters())
+    loss = contrastive_loss(*(functional_call(theirs, params, (h,)) for h in (h_p, h_g, h_l)), 0.6)
+    with torch.no_grad():
+        for q, g in zip(params.values(), torch.autograd.grad(loss, list(params.values()))):
+            q.add_(g, alpha=0.3)
+    for (name, a), b in zip(ours.state_dict().items(), theirs.state_dict().values()):
+        torch.testing.assert_close(a, b, rtol=1e-12, atol=1e-14, msg=name)
+
+
 def test_fedbr_min_step_holds_the_projection_fixed():
     torch.manual_seed(0)
     model = SequentialSplit(nn.Sequential(nn.Linear(4, 3), nn.ReLU()), nn.Linear(3, 2))
@@ -98,7 +119,10 @@ def test_fedbr_min_step_holds_the_projection_fixed():
     ctx = SimpleNamespace(round_lr=lambda: 0.1, global_model=lambda: model)
     local = LocalContext(0, [], streams={"pool": torch.arange(6), "rng": torch.Generator().manual_seed(0)})
     before = [q.detach().clone() for q in model.extras.parameters()]
-    loss = fedbr.local_loss(model, torch.randn(8, 4), torch.randint(2, (8,)), local, ctx)
+    x, y = torch.randn(8, 4), torch.randint(2, (8,))
+    local.draws = fedbr.step_draws(model, x, y, local, ctx)  # the step's pseudo-data, drawn before the objective
+    assert local.draws["x_p"].shape == (5, 4)
+    loss = fedbr.local_loss(model, x, y, local, ctx)
     loss.backward()
     assert all(q.grad is None for q in model.extras.parameters())  # SGD leaves P where the max step put it
     assert any(not torch.equal(q, b) for q, b in zip(model.extras.parameters(), before))  # the max step moved it

@@ -43,6 +43,11 @@ BATCHED = {
     "moon": ("moon", {"mu": 0.8, "tau": 0.7, "projection_dim": 3}),
     "naivemix": ("naivemix", {"lam": 0.2, "mean_batch": 2}),
     "fedmix": ("fedmix", {"lam": 0.2, "mean_batch": 2}),
+    "fedbr": (
+        "fedbr",
+        {"lam_cls": 0.7, "lam_con": 0.4, "tau": 0.6, "mean_batch": 2, "pseudo_batch": 3, "projection_dim": 3},
+    ),
+    "fedbr_mixture": ("fedbr", {"mean_batch": 2, "pseudo_batch": 3, "projection_dim": 3, "mixture": True}),
     "naivemix_beta": ("naivemix", {"lam_beta": 2.0, "mean_batch": 2}),
     "dafl": ("dafl", {"gamma": 0.5, "pls_epsilon": 3.0}),
     "flea": ("flea", {"share_fraction": 0.5, "lambda_ce": 0.4}),
@@ -65,7 +70,7 @@ def run(monkeypatch, algorithm, params, vectorise, model=None, tmp_path=None, **
         kwargs = {"model": model} if model else {}
         if algorithm == "feddpms":
             kwargs = {"model": tiny_vae, "extra_modules": tiny_vae_extras}
-        elif algorithm == "moon":
+        elif algorithm in ("moon", "fedbr"):
             kwargs["extra_modules"] = alg.extra_modules
         ctx = tiny_context(monkeypatch, vectorise=vectorise, weight_decay=0.01, **kwargs, **changes)
         setup(ctx, algorithm, tmp_path)
@@ -160,9 +165,9 @@ def test_the_run_s_log_says_which_path_trains_its_clients(monkeypatch):
     from fed.models import MODELS
 
     monkeypatch.setitem(MODELS, "wiring_mlp", wiring_mlp)
-    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("fedbr", "one by one")):
+    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("fedgen", "one by one")):
         log = io.StringIO()
         with float64():
-            alg = build_algorithm(algorithm, **({"mean_batch": 2, "projection_dim": 3} if algorithm == "fedbr" else {}))
+            alg = build_algorithm(algorithm, **({"generator_steps": 2} if algorithm == "fedgen" else {}))
             Engine(replace(CFG, rounds=1), alg, *tiny_data(), seed=0, progress=log).run()
         assert expected in log.getvalue(), log.getvalue()

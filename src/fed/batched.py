@@ -295,7 +295,7 @@ def _unreached(objective: _Objective, p, b, x, y, local) -> set[str]:
     """The parameters one client's objective does not reach on its first batch (autograd gives them no gradient:
     FedDPMS' VAE heads in Stage II). torch.optim leaves them as they are — no weight decay, no momentum — and so
     does the batched optimiser; the set is taken as fixed over a local update."""
-    p = {n: v.detach().requires_grad_() for n, v in p.items()}
+    p = {n: v.detach().clone().requires_grad_() for n, v in p.items()}  # a copy: an objective may step some
     state = _prefixed(p) | _prefixed({n: v.clone() for n, v in b.items()})
     out = functional_call(objective, state, (local, x, y), tie_weights=False)
     grads = torch.autograd.grad(out, list(p.values()), allow_unused=True)

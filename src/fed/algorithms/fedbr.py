@@ -21,10 +21,10 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torch.func import functional_call
+from torch.func import functional_call, grad
 
 from fed.algorithms.fedmix import MeanSharing
-from fed.losses import contrastive_loss, soft_cross_entropy
+from fed.losses import contrastive_loss, one_hot, soft_cross_entropy
 from fed.models.base import feature_dim
 
 
@@ -35,13 +35,17 @@ def projection_contrast(projection: nn.Module, params: dict, h_p, h_global, h_lo
 
 
 def adversarial_step(projection: nn.Module, h_p, h_global, h_local, tau: float, lr: float) -> None:
-    """The max step: one gradient-ascent step of ℓ_con on the projection's parameters (features held fixed)."""
+    """The max step: one gradient-ascent step of ℓ_con on the projection's parameters (features held fixed), in
+    place. ``torch.func.grad``, so that a round's clients can take it together (``fed.batched``)."""
     params = dict(projection.named_parameters())
-    loss = projection_contrast(projection, params, h_p.detach(), h_global, h_local.detach(), tau)
-    grads = torch.autograd.grad(loss, list(params.values()))
+
+    def contrast(p):
+        return projection_contrast(projection, p, h_p.detach(), h_global, h_local.detach(), tau)
+
+    grads = grad(contrast)({k: v.detach() for k, v in params.items()})
     with torch.no_grad():
-        for p, g in zip(params.values(), grads):
-            p.add_(g, alpha=lr)
+        for k, p in params.items():
+            p.add_(grads[k], alpha=lr)
 
 
 class FedBR(MeanSharing):
@@ -65,13 +69,22 @@ class FedBR(MeanSharing):
         d, w = feature_dim(model, input_shape, of="embed"), self.projection_dim
         return {"projection": nn.Sequential(nn.Linear(d, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))}
 
-    def local_loss(self, model, x, y, local, ctx):
+    vectorise = True
+
+    def step_draws(self, model, x, y, local, ctx):
+        """The step's pseudo-data (``pseudo_batch`` shared means) and, with ``mixture``, a local partner each."""
         x_p, _ = self.draw(local, self.pseudo_batch)
+        if not self.mixture:
+            return {"x_p": x_p}
+        return {"x_p": x_p, "j": torch.randint(len(y), (len(x_p),), generator=local.streams["rng"]).to(y.device)}
+
+    def local_loss(self, model, x, y, local, ctx):
+        x_p = local.draws["x_p"]
         num_classes = self.y_bar.shape[1]
         target = uniform = torch.full((len(x_p), num_classes), 1.0 / num_classes, device=x.device)
         if self.mixture:
-            j = torch.randint(len(y), (len(x_p),), generator=local.streams["rng"]).to(y.device)
-            x_p, target = (x_p + x[j]) / 2, (uniform + F.one_hot(y[j], num_classes)) / 2
+            j = local.draws["j"]
+            x_p, target = (x_p + x[j]) / 2, (uniform + one_hot(y[j], num_classes, uniform.dtype)) / 2
         h, h_p = model.embed(x), model.embed(x_p)  # penultimate representations φ
         with torch.no_grad():
             h_global = ctx.global_model().embed(x_p)
