@@ -47,6 +47,11 @@ BATCHED = {
         "fedbr",
         {"lam_cls": 0.7, "lam_con": 0.4, "tau": 0.6, "mean_batch": 2, "pseudo_batch": 3, "projection_dim": 3},
     ),
+    "fedgen": ("fedgen", {"alpha": 0.7, "beta": 0.4, "generator_steps": 2, "batch": 3, "hidden": 4, "noise_dim": 3}),
+    "fedgen_cut": (
+        "fedgen",
+        {"generator_steps": 2, "batch": 3, "hidden": 4, "noise_dim": 3, "space": "cut", "gen_ratio": True},
+    ),
     "fedbr_mixture": ("fedbr", {"mean_batch": 2, "pseudo_batch": 3, "projection_dim": 3, "mixture": True}),
     "naivemix_beta": ("naivemix", {"lam_beta": 2.0, "mean_batch": 2}),
     "dafl": ("dafl", {"gamma": 0.5, "pls_epsilon": 3.0}),
@@ -165,9 +170,9 @@ def test_the_run_s_log_says_which_path_trains_its_clients(monkeypatch):
     from fed.models import MODELS
 
     monkeypatch.setitem(MODELS, "wiring_mlp", wiring_mlp)
-    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("fedgen", "one by one")):
+    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("centralized", "one by one")):
         log = io.StringIO()
         with float64():
-            alg = build_algorithm(algorithm, **({"generator_steps": 2} if algorithm == "fedgen" else {}))
+            alg = build_algorithm(algorithm)
             Engine(replace(CFG, rounds=1), alg, *tiny_data(), seed=0, progress=log).run()
         assert expected in log.getvalue(), log.getvalue()

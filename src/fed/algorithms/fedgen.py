@@ -179,27 +179,41 @@ class FedGen(Algorithm):
         """The code's ``exp_lr_scheduler``: max(1e-4, weight·decay^(round − 1)); the weight itself at decay 1."""
         return weight if self.alpha_decay == 1 else max(1e-4, weight * self.alpha_decay ** (round_ - 1))
 
+    vectorise = True
+
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
         return self.train_locally(
-            ctx, client, *ctx.client_data(client), extra={"rng": ctx.rng("fedgen-client", ctx.round, client)}
+            ctx, client, *ctx.client_data(client), streams={"rng": ctx.rng("fedgen-client", ctx.round, client)}
         )
+
+    def step_draws(self, model, x, y, local, ctx):
+        """Once the generator is trained: the step's generated labels and features (the generator is fixed during
+        local training), and with ``beta`` > 0 the features it generates for the batch's own labels."""
+        if not self._trained:
+            return {}
+        g = local.streams["rng"]
+        y_gen = self.draw_labels(self.batch, g, self.counts.sum(0)).to(x.device)
+        self.generator.eval()
+        with torch.no_grad():
+            drawn = {"y_gen": y_gen, "h_gen": self.generator(y_gen, g)[1]}
+            if self.beta > 0:
+                drawn["h_own"] = self.generator(y, g)[1]
+        return drawn
 
     def local_loss(self, model, x, y, local, ctx):
         logits = model(x)
         loss = F.cross_entropy(logits, y)
         if not self._trained:
             return loss
-        g = local.extra["rng"]
-        y_gen = self.draw_labels(self.batch, g, self.counts.sum(0)).to(x.device)
-        self.generator.eval()
-        with torch.no_grad():
-            _, h = self.generator(y_gen, g)
+        d = local.draws
         ratio = self.batch / ctx.cfg.batch_size if self.gen_ratio else 1.0
-        loss = loss + ratio * self.decayed(self.alpha, ctx.round) * F.cross_entropy(self.score(model, h), y_gen)
+        loss = loss + ratio * self.decayed(self.alpha, ctx.round) * F.cross_entropy(
+            self.score(model, d["h_gen"]), d["y_gen"]
+        )
         if self.beta > 0:  # the code's "latent" term: the generator's prediction for the batch's labels as a target
             with torch.no_grad():
-                target = F.softmax(self.score(model, self.generator(y, g)[1]), 1)
+                target = F.softmax(self.score(model, d["h_own"]), 1)
             kl = F.kl_div(F.log_softmax(logits, 1), target, reduction="batchmean")
             loss = loss + self.decayed(self.beta, ctx.round) * kl
         return loss
