@@ -50,6 +50,7 @@ def adversarial_step(projection: nn.Module, h_p, h_global, h_local, tau: float, 
 
 class FedBR(MeanSharing):
     name = "fedbr"
+    vectorise = True
 
     def __init__(
         self,
@@ -68,8 +69,6 @@ class FedBR(MeanSharing):
     def extra_modules(self, model, input_shape):
         d, w = feature_dim(model, input_shape, of="embed"), self.projection_dim
         return {"projection": nn.Sequential(nn.Linear(d, w), nn.ReLU(), nn.Linear(w, w), nn.ReLU(), nn.Linear(w, w))}
-
-    vectorise = True
 
     def step_draws(self, model, x, y, local, ctx):
         """The step's pseudo-data (``pseudo_batch`` shared means) and, with ``mixture``, a local partner each."""

@@ -111,6 +111,7 @@ class Generator(nn.Module):
 
 class FedGen(Algorithm):
     name = "fedgen"
+    vectorise = True
 
     def __init__(
         self,
@@ -178,8 +179,6 @@ class FedGen(Algorithm):
     def decayed(self, weight: float, round_: int) -> float:
         """The code's ``exp_lr_scheduler``: max(1e-4, weight·decay^(round − 1)); the weight itself at decay 1."""
         return weight if self.alpha_decay == 1 else max(1e-4, weight * self.alpha_decay ** (round_ - 1))
-
-    vectorise = True
 
     def client_update(self, ctx, client):
         ctx.model.load_state_dict(ctx.global_state)
