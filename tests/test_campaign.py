@@ -140,3 +140,33 @@ def test_a_tuning_after_another_waits_for_that_tuning_in_the_plan(tmp_path):
     assert jobs[first]["args"]["after"] is None
     order = [job["out"] for job in plan["jobs"]]
     assert order.index(first) < order.index(then)
+
+
+def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_the_cells_back(tmp_path):
+    """scripts/device_campaign.sh, as a lent GPU machine runs it (PyTorch, no Snakemake, no MLflow): the plan's
+    cells finish, and $OUT/runs.tgz holds their metrics and histories (never weights) for fed export-reference."""
+    import tarfile
+
+    work = tmp_path / "checkout"
+    (work / "scripts").mkdir(parents=True)
+    (work / "scripts/device_campaign.sh").write_bytes((REPO / "scripts/device_campaign.sh").read_bytes())
+    (work / "src").symlink_to(REPO / "src")
+    (work / "config.yaml").symlink_to(REPO / "config.yaml")
+    campaign.write_plan(campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE], ["fedavg"]), work / "p.json")
+    out = tmp_path / "out"
+    env = without(tmp_path, "snakemake", "mlflow") | {
+        "OUT": str(out),
+        "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+    }
+    env["PYTHONPATH"] = env["PYTHONPATH"].split(os.pathsep)[0]  # the script puts its checkout's src/ first
+    proc = subprocess.run(["bash", "scripts/device_campaign.sh", "p.json", "5", "1", "1"], cwd=work, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "device_campaign: 2 finished cells" in proc.stdout and (out / "campaign.log").exists()
+    with tarfile.open(out / "runs.tgz") as tar:
+        names = sorted(tar.getnames())
+    runs = "results/runs/smoke_dafl/synthetic/1-label/fedavg"
+    assert [n for n in names if n.startswith("results/")] == [
+        f"{runs}/seed{s}/{f}" for s in (0, 1) for f in ("history.csv", "metrics.json")
+    ]
+    assert not any(n.endswith(".pt") for n in names)

@@ -30,6 +30,7 @@ NOT_CHECKED = {  # first words → why a test does not run them
     "mutmut": "mutation testing, hours long (docs/testing.md)",
     "mlflow ui": "starts a server",
     "pip install": "installs packages (Flower's own venv for benchmarks/flower_fedavg.py)",
+    "bash scripts/device_campaign.sh": "runs on a lent GPU machine; tests/test_campaign.py runs it on the CPU",
 }
 
 
