@@ -286,3 +286,46 @@ def test_ccvr_pooled_statistics_folded_client_by_client_equal_the_pool_of_all():
     assert folded[0] == n == 16
     torch.testing.assert_close(folded[1], mean)
     torch.testing.assert_close(folded[2], cov)
+
+
+# The smoke workflow's baselines table runs FedAvg, the swept FedProx and FedData through Snakemake and MLflow; every
+# other baseline trains its smoke cell here, with the smoke config's parameters (a process per cell costs more than
+# the cell).
+SMOKE_BASELINES = ["scaffold", "fednova", "moon", "fedmix", "naivemix", "feddecorr", "fedlc", "fedntd", "fedbr", "ccvr",
+                   "fedgen"]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def smoke_baselines(synthetic_root, tmp_path_factory):
+    import json
+
+    from conftest import REPO
+
+    from fed.config import FLConfig, resolve_preset
+    from fed.data.datasets import load_labels
+    from fed.data.partition import make_partition
+    from fed.validate import checked_files
+
+    config, _ = checked_files([REPO / "config/smoke.yaml"], REPO)
+    table = config["tables"]["baselines"]
+    assert not set(SMOKE_BASELINES) & set(table["methods"])  # each baseline once, there or here
+    preset = FLConfig.from_preset(resolve_preset(config["presets"], table["preset"]), "synthetic")
+    spec = dict(config["partitions"][table["partitions"][0]])
+    part = tmp_path_factory.mktemp("baselines") / "part.json"
+    labels = load_labels("synthetic", synthetic_root)
+    part.write_text(json.dumps(make_partition(labels, spec.pop("scheme"), preset.num_clients, 0, **spec)))
+    return config, preset, part
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", SMOKE_BASELINES)
+def test_every_baseline_trains_its_smoke_cell(name, smoke_baselines, synthetic_root, tmp_path):
+    from fed.config import MethodSpec
+    from fed.runner import run_cell
+
+    config, preset, part = smoke_baselines
+    spec = MethodSpec.from_config(name, config["methods"][name])
+    record = run_cell(preset, spec, "synthetic", synthetic_root, part, 0, tmp_path, progress=None)
+    assert record["rounds_completed"] == preset.rounds and not record["diverged"] and record["identity"]
+    assert [row["round"] for row in record["history"]] == list(range(1, preset.rounds + 1))
+    assert (tmp_path / "metrics.json").is_file() and (tmp_path / "history.csv").is_file()

@@ -54,11 +54,11 @@ def test_slurm_profile_dry_run(tmp_path):
         tmp_path, "--profile", str(REPO / "profiles/slurm"), "-n", "--configfile", str(REPO / "config/smoke.yaml")
     )
     # tables: 2 partitions x 5 methods x 2 seeds; Fig. 3 oracle; Fig. 4 two FL models; Fig. 5's start at 3 x 2 seeds
-    # (its start at 2 is the tables' Fed-ZDAC); the baselines table: FedAvg, 12 baselines and a FedProx sweep of 2
-    # values on a Dirichlet partition, one seed; DA-FL: Table 3's 3 methods x 2 seeds on 1-Label, Table 4's other two
+    # (its start at 2 is the tables' Fed-ZDAC); the baselines table: FedAvg, FedData and a FedProx sweep of 2 values
+    # on a Dirichlet partition, one seed; DA-FL: Table 3's 3 methods x 2 seeds on 1-Label, Table 4's other two
     # budgets (its ε0 = 50 is Table 3's cell); FedDPMS: FedAvg and FedDPMS on 2 Dirichlet partitions, one seed;
     # FLea: FedAvg and FLea on Qua(3), two seeds
-    assert len(re.findall(r"^rule train:", proc.stdout, re.M)) == 20 + 1 + 2 + 2 + 13 + 2 + 6 + 2 + 4 + 4
+    assert len(re.findall(r"^rule train:", proc.stdout, re.M)) == 20 + 1 + 2 + 2 + 2 + 2 + 6 + 2 + 4 + 4
 
 
 def test_training_jobs_declare_the_gpu_resource(tmp_path):

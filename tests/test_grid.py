@@ -114,13 +114,15 @@ def test_a_cell_belongs_to_the_first_paper_that_asks_for_it_and_every_target_is_
     assert outputs[-3:] == [f"reports/summary.{ext}" for ext in ("rst", "md", "html")]
     assert smoke.figure_outputs() == [f"reports/figures/{f}.png" for f in smoke.figures]
     assert all(p.startswith("reports/figures/partitions/") for p in smoke.partition_figures())
-    assert smoke.tracking_outputs() == []  # tracking_mode: live
+    papers = sorted(set(smoke.cell_paper.values()))
+    assert smoke.tracking_outputs() == [f"results/mlflow/{p}.logged.tsv" for p in papers]  # tracking_mode: batch
 
 
 def test_batch_tracking_logs_only_the_papers_that_train_a_cell():
     config, _ = checked_config(load_yaml(REPO / "config.yaml") | {"tracking_mode": "batch"}, REPO)
     grid = Grid(config, REPO)
     assert grid.tracking_outputs() == [f"results/mlflow/{p}.logged.tsv" for p in sorted(set(grid.cell_paper.values()))]
+    assert Grid(config | {"tracking_mode": "live"}, REPO).tracking_outputs() == []  # each job logs its own cell
 
 
 def test_committed_cells_are_read_while_current_and_recomputed_when_stale(tmp_path):

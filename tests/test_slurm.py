@@ -33,6 +33,7 @@ def test_smoke_workflow_through_slurm(slurm, tmp_path):
         tmp_path / "overlay.yaml",
         {
             "gpu_per_job": 1,  # every training job asks SLURM for a GPU (the node's fake gres)
+            "tracking_mode": "live",  # each job follows its cell in MLflow, SQLite from SLURM jobs (smoke: batch)
             "tables": {
                 t: {"partitions": ["unimodal"], "methods": ["fedavg", "fedzdas"], "seeds": [0]}
                 for t in ("fedzda_table1", "fedzda_table2")

@@ -25,8 +25,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+import pandas as pd  # scipy.stats is imported in the functions that test (≈ 1 s; the workflow imports this)
 
 from fed.reporting.leaderboard import ALPHA, holm, paired_t
 
@@ -50,6 +49,8 @@ def differences(values: pd.DataFrame, baseline: str, higher_is_better: bool = Tr
 
 def regime_means_t(d: pd.DataFrame) -> dict:
     """The primary analysis of one method's differences (columns regime, d)."""
+    from scipy import stats
+
     means = d.groupby("regime")["d"].mean().to_numpy()
     r, delta = len(means), float(np.mean(means)) if len(means) else math.nan
     if r < 2:
@@ -66,6 +67,8 @@ def pooled(d: pd.DataFrame) -> dict:
 
 
 def signed_rank(d: pd.DataFrame) -> dict:
+    from scipy import stats
+
     x = d["d"].to_numpy()
     if len(x) < 2 or np.all(x == 0):
         return {"diff": float(np.mean(x)) if len(x) else math.nan, "n": len(x), "statistic": math.nan, "p": math.nan}
@@ -76,6 +79,8 @@ def signed_rank(d: pd.DataFrame) -> dict:
 def friedman_nemenyi(values: pd.DataFrame, baseline: str, higher_is_better: bool = True) -> pd.DataFrame:
     """Mean ranks over the complete (regime, seed) blocks (rank 1 = best), Friedman's p and Nemenyi's CD: one row a
     method ≠ baseline with diff = the baseline's mean rank − its own (> 0: better), significant when |diff| > CD."""
+    from scipy import stats
+
     wide = values.pivot_table(index=["regime", "seed"], columns="method", values="value", aggfunc="first").dropna()
     k, n = wide.shape[1], wide.shape[0]
     ranks = (-wide if higher_is_better else wide).rank(axis=1, method="average").mean()

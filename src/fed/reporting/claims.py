@@ -37,8 +37,7 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
-from scipy import stats
+import pandas as pd  # scipy.stats is imported in the functions that test (≈ 1 s; the workflow imports this)
 
 ALPHA = 0.05
 SUPPORTED, CONTRADICTED, INCONCLUSIVE = "supported", "contradicted", "inconclusive"
@@ -47,6 +46,8 @@ NOT_RUN = "not evaluated (no comparable runs)"
 
 def better(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int, higher: bool = True) -> float:
     """One-sided p-value of "1 is better than 2" (Welch); NaN with fewer than 2 seeds on either side."""
+    from scipy import stats
+
     if n1 < 2 or n2 < 2 or not all(map(math.isfinite, (m1, s1, m2, s2))):
         return math.nan
     if s1 == 0 and s2 == 0:
@@ -184,6 +185,8 @@ def gap_trend(df: pd.DataFrame, claim: dict) -> dict:
 
 
 def correlation(df: pd.DataFrame, claim: dict) -> dict:
+    from scipy import stats
+
     x, metric = claim["x"], claim["metric"]
     evidence, outcomes = [], []
     for dataset, g in df.dropna(subset=[x, metric]).groupby("dataset", sort=False):

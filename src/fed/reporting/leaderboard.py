@@ -31,8 +31,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-import pandas as pd
-from scipy import stats
+import pandas as pd  # scipy.stats is imported in the functions that test (≈ 1 s; the workflow imports this)
 
 from fed.metrics import LOWER_IS_BETTER, mean_std
 from fed.reporting.tables import fmt, select_variants, write_frame
@@ -68,6 +67,8 @@ def holm(pvalues) -> np.ndarray:
 def paired_t(x, y) -> tuple[float, float]:
     """Student's paired t-test of x against y (values of the same seeds, in the same order): (t, two-sided p);
     NaN below 2 pairs; zero spread of the differences is decisive (module docstring)."""
+    from scipy import stats
+
     d = np.asarray(x, dtype=float) - np.asarray(y, dtype=float)
     if len(d) < 2:
         return math.nan, math.nan
