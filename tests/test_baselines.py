@@ -297,24 +297,20 @@ SMOKE_BASELINES = ["scaffold", "fednova", "moon", "fedmix", "naivemix", "feddeco
 
 @pytest.fixture(scope="module")
 def smoke_baselines(synthetic_root, tmp_path_factory):
-    import json
-
+    """The smoke config, its baselines' preset and their partition file as the ``partition`` rule writes it."""
     from conftest import REPO
 
     from fed.config import FLConfig, resolve_preset
-    from fed.data.datasets import load_labels
-    from fed.data.partition import make_partition
+    from fed.data.partition import write_partition
     from fed.validate import checked_files
 
     config, _ = checked_files([REPO / "config/smoke.yaml"], REPO)
     table = config["tables"]["baselines"]
     assert not set(SMOKE_BASELINES) & set(table["methods"])  # each baseline once, there or here
-    preset = FLConfig.from_preset(resolve_preset(config["presets"], table["preset"]), "synthetic")
-    spec = dict(config["partitions"][table["partitions"][0]])
-    part = tmp_path_factory.mktemp("baselines") / "part.json"
-    labels = load_labels("synthetic", synthetic_root)
-    part.write_text(json.dumps(make_partition(labels, spec.pop("scheme"), preset.num_clients, 0, **spec)))
-    return config, preset, part
+    preset = resolve_preset(config["presets"], table["preset"])
+    spec = config["partitions"][table["partitions"][0]]
+    part = write_partition("synthetic", synthetic_root, spec, preset, 0, tmp_path_factory.mktemp("part") / "seed0.json")
+    return config, FLConfig.from_preset(preset, "synthetic"), part
 
 
 @pytest.mark.slow
