@@ -1,12 +1,12 @@
 """Seconds per round, the clients trained one after another (the loop) against together (``vectorise: true``,
-fed.batched), alternating in one process on one thread, for two protocols on Fashion-MNIST (or synthetic data of
-its shape where it is not prepared):
+fed.batched), alternating in one process on one thread (or on ``--device cuda``), for two protocols on
+Fashion-MNIST (or synthetic data of its shape where it is not prepared):
 
 - ``fedzda``: Fed-ZDA's round — 10 of 100 unimodal clients, E = 5, B = 10, lr 0.02, its CNN (cnn_mnist);
 - ``dafl``: DA-FL's round — all 10 clients of a Dir(0.05) partition, all their data, B = 32, momentum 0.5, its CNN
   (cnn_dafl); ``--dafl-epochs`` (default 1 of the protocol's 5: the seconds scale with it).
 
-    python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl]
+    python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl] [--device cpu|cuda]
 
 Prints a row per protocol (seconds looped, batched, their ratio, and the largest difference of the two global
 models after the same rounds: float32 rounding) and, last, ``speedup_fedzda=<x> speedup_dafl=<y>``.
@@ -49,22 +49,25 @@ PROTOCOLS = {
 }
 
 
-def engine(name: str, root: str, cfg: dict, scheme: tuple, vectorise: bool) -> Engine:
+def engine(name: str, root: str, cfg: dict, scheme: tuple, vectorise: bool, device: str) -> Engine:
     part = make_partition(load_labels(name, root), scheme[0], cfg["num_clients"], seed=0, **scheme[1])
     train, test = load_dataset(name, root, "train"), load_dataset(name, root, "test")
-    config = FLConfig(**cfg, rounds=100, vectorise=vectorise, device="cpu")  # channels-last, as the presets
+    config = FLConfig(**cfg, rounds=100, vectorise=vectorise, device=device)  # channels-last, as the presets
     return Engine(config, build_algorithm("fedavg"), train, test, part, seed=0, progress=None)
 
 
-def measure(name: str, root: str, protocol: str, rounds: int, epochs: int | None) -> tuple[float, float, float]:
+def measure(name: str, root: str, protocol: str, rounds: int, epochs: int | None, device: str) -> tuple[float, ...]:
     cfg, scheme = PROTOCOLS[protocol]
     cfg = cfg | ({"local_epochs": epochs} if epochs else {})
-    loop, batched = engine(name, root, cfg, scheme, False), engine(name, root, cfg, scheme, True)
+    loop, batched = (engine(name, root, cfg, scheme, vectorise, device) for vectorise in (False, True))
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)  # GPU kernels run on after a call
     times = {False: [], True: []}
     for _ in range(rounds):  # alternate, so that a change of load touches both
         for e in (loop, batched):
+            sync()
             t0 = time.perf_counter()
             run_round(e.ctx, e.algorithm)
+            sync()
             times[e.cfg.vectorise].append(time.perf_counter() - t0)
     diff = max((loop.global_state[k].float() - batched.global_state[k].float()).abs().max().item()
                for k in loop.global_state)  # fmt: skip
@@ -77,15 +80,16 @@ def main() -> None:
     ap.add_argument("--data-root", default="data")
     ap.add_argument("--dafl-epochs", type=int, default=1)
     ap.add_argument("--only", choices=sorted(PROTOCOLS))
+    ap.add_argument("--device", default="cpu", help="cpu (one thread), cuda, …")
     args = ap.parse_args()
     torch.set_num_threads(1)
     name = dataset(args.data_root)
     speedups = {}
     for protocol in [args.only] if args.only else PROTOCOLS:
         epochs = args.dafl_epochs if protocol == "dafl" else None
-        loop, batched, diff = measure(name, args.data_root, protocol, args.rounds, epochs)
+        loop, batched, diff = measure(name, args.data_root, protocol, args.rounds, epochs, args.device)
         speedups[protocol] = loop / batched
-        print(f"{protocol} ({name}): looped {loop:.2f} s, batched {batched:.2f} s a round, "
+        print(f"{protocol} ({name}, {args.device}): looped {loop:.2f} s, batched {batched:.2f} s a round, "
               f"{loop / batched:.2f}x; global models differ by at most {diff:.1e}", flush=True)  # fmt: skip
     print(" ".join(f"speedup_{p}={s:.2f}" for p, s in speedups.items()))
 

@@ -2,7 +2,7 @@
 gradient modes it can use (``PSGSettings.grad_sample_mode``), at Table 2's settings (width 64, Poisson batches of
 256, σ = 0.5, c = 2) on one client of 5,400 random images, alternating the modes in one process:
 
-    python benchmarks/dp_modes.py [--steps 5] [--repeats 2] [--threads 1]
+    python benchmarks/dp_modes.py [--steps 5] [--repeats 2] [--threads 1] [--device cpu|cuda]
 
 Each mode computes the same clipped, noised gradient (tests/test_dafl.py); the last line is ``fastest=<mode>``.
 """
@@ -22,6 +22,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--device", default="cpu")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     g = torch.Generator().manual_seed(0)
@@ -31,11 +32,11 @@ def main() -> None:
         for mode in GRAD_SAMPLE_MODES:
             settings = PSGSettings(rounds=args.steps, schedule="iterations", grad_sample_mode=mode)
             t0 = time.perf_counter()
-            result = train_psg(x, y, 10, settings, seed=0)
+            result = train_psg(x, y, 10, settings, seed=0, device=args.device)
             seconds[mode].append((time.perf_counter() - t0) / result.steps)
     best = {m: min(s) for m, s in seconds.items()}
     for mode, s in best.items():
-        print(f"{mode}: {s:.2f} s a step ({best['hooks'] / s:.2f}x hooks)", flush=True)
+        print(f"{mode} ({args.device}): {s:.3f} s a step ({best['hooks'] / s:.2f}x hooks)", flush=True)
     print(f"fastest={min(best, key=best.get)}")
 
 

@@ -1,21 +1,31 @@
 #!/usr/bin/env bash
 # A lent GPU's minutes on the cells we miss: run a campaign plan written here, bring the finished cells back.
 #
-#   here:   python -m fed campaign config/dafl_fmnist.yaml+config/dafl_fmnist_column.yaml --write-plan campaign.json
+#   here:   printf 'presets:\n  dafl:\n    vectorise: true\n' > /tmp/gpu.yaml    # batched clients: 1.48x the loop (H200)
+#           python -m fed campaign config/dafl_fmnist.yaml+config/dafl_fmnist_column.yaml+/tmp/gpu.yaml \
+#             --write-plan campaign.json
 #           python -m fed prepare fmnist --no-download          # data/fmnist/tensors.pt, which the plan names
+#           gzip -kf data/fmnist/tensors.pt    # 55 MB -> 31 MB: the tracked tree (27 MB) and it fit the tool's 64 MiB
 #           echo /.whl/ >> .git/info/exclude && python3 -m pip download --no-deps --only-binary=:all: \
 #             --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 -d .whl \
 #             opacus==1.6.0 dp-accounting==0.6.0
 #   there:  bash scripts/device_campaign.sh campaign.json 8 4 4   # PLAN MINUTES [JOBS] [THREADS]
-#           (the device tool's run, carrying data/fmnist and .whl)
+#           (the device tool's run, carrying data/fmnist/tensors.pt.gz, partitions and .whl; on an H200, 8 jobs and
+#           5 threads ran 4 FedProx cells at 16 s a round beside 3 GAN stages of 5 clients at once: a 50-round DA-FL
+#           cell is ≈ 13 min there, so it finishes in a second call on the warm machine or back here)
 #   back:   tar xzf <files_at>/runs.tgz && python -m fed export-reference results reference/dafl_fmnist
+#           cat <files_at>/partial.tgz.* | tar xz    # unfinished work, if any: resume it here or on the next GPU
+#           python -m fed campaign --plan campaign.json --minutes N    # (a resumed cell records both machines)
 #
 # The device has PyTorch and no network (no Snakemake, MLflow, Opacus or dp-accounting): the wheels in .whl/ (Opacus
 # for DA-FL's GAN stages, dp-accounting for FedDPMS' noise; their own dependencies are there) are installed first.
 # At MINUTES every running cell checkpoints after its round. A machine keeps results/ only while it stays warm (the
 # tool gives it back after a short idle time): a call on it then resumes those cells, a fresh machine starts them
 # again. $OUT/runs.tgz holds every finished cell's metrics.json and history.csv and the jobs' logs (never weights),
-# $OUT/campaign.log the campaign's own log.
+# $OUT/campaign.log the campaign's own log. The unfinished work comes back too, as far as the tool's limits allow (8
+# files of 16 MiB, 64 MiB in all): $OUT/partial.tgz.0, .1, … (parts of one tar stream, 15 MiB each, 45 MiB in all)
+# hold the unfinished cells' work directories (checkpoints), smallest first, then the finished GAN stages and the
+# finished clients of unfinished ones; what did not fit is listed in the log. Generators are ≈ 3 MB a DA-FL client.
 set -euo pipefail
 plan=${1:?usage: device_campaign.sh PLAN MINUTES [JOBS] [THREADS]}
 minutes=${2:?usage: device_campaign.sh PLAN MINUTES [JOBS] [THREADS]}
@@ -23,6 +33,9 @@ jobs=${3:-4}
 threads=${4:-4}
 out=${OUT:-/tmp/device_campaign_out}
 mkdir -p "$out"
+for z in data/*/tensors.pt.gz; do  # a dataset cache carried compressed
+  [ -e "$z" ] && [ ! -e "${z%.gz}" ] && gunzip -c "$z" > "${z%.gz}"
+done
 if compgen -G ".whl/*.whl" >/dev/null; then
   python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
   export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
@@ -41,4 +54,29 @@ cells=$(find results/runs -name metrics.json 2>/dev/null | wc -l)
 echo "device_campaign: $cells finished cells under results/runs (campaign exit $status)"
 find results/runs logs/campaign \( -name metrics.json -o -name history.csv -o -name '*.log' \) -print0 2>/dev/null |
   tar czf "$out/runs.tgz" --null -T -
+python3 - "$out/partial.list" <<'EOF'
+import sys
+from pathlib import Path
+
+budget, units = 45 * 2**20, []  # (priority, bytes, files): a unit comes back whole or not at all
+for d in sorted({p.parent for p in Path("results/work").rglob("checkpoint.pt")}):
+    if "stages" not in d.parts and not (Path("results/runs") / d.relative_to("results/work") / "metrics.json").exists():
+        files = [f for f in d.rglob("*") if f.is_file()]
+        units.append((0, sum(f.stat().st_size for f in files), files))
+units += [(1, f.stat().st_size, [f]) for f in Path("results/stages").rglob("*.pt")]
+for f in Path("results/work/stages").rglob("client*.pt"):  # a finished client of a stage that did not finish
+    stage = Path("results/stages", *f.parent.parent.relative_to("results/work/stages").parts, f.parent.name + ".pt")
+    if "request" not in f.name and not stage.exists():
+        units.append((2, f.stat().st_size, [f]))
+chosen, left, used = [], [], 0
+for _, size, files in sorted(units, key=lambda u: u[:2]):
+    fits = used + size <= budget
+    (chosen if fits else left).append(files)
+    used += size if fits else 0
+Path(sys.argv[1]).write_text("".join(f"{f}\n" for files in chosen for f in files))
+names = [str(files[0].parent if len(files) > 1 else files[0]) for files in left]
+print(f"device_campaign: {len(chosen)} unfinished units ({used / 2**20:.1f} MiB) in partial.tgz.*; left behind: {names}")
+EOF
+[ -s "$out/partial.list" ] && tar cz -T "$out/partial.list" | split -b 15M -d -a 1 - "$out/partial.tgz."
+rm -f "$out/partial.list"
 exit "$status"

@@ -176,3 +176,21 @@ def test_the_run_s_log_says_which_path_trains_its_clients(monkeypatch):
             alg = build_algorithm(algorithm)
             Engine(replace(CFG, rounds=1), alg, *tiny_data(), seed=0, progress=log).run()
         assert expected in log.getvalue(), log.getvalue()
+
+
+def test_the_clients_tensors_are_stacked_row_major_whatever_the_model_s_memory_format():
+    """A channels-last model (every preset's) stacked as it is keeps channels-last in each client's slice under vmap:
+    CUDA's BatchNorm then clones channels-last inside vmap, which PyTorch does not support (a Fed-ZDA round on an H200,
+    2026-11-27). The stacks are row-major, values unchanged."""
+    from types import SimpleNamespace
+
+    from fed.batched import _stack
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to(memory_format=torch.channels_last)
+    assert not model[0].weight.is_contiguous()
+    group = [SimpleNamespace(start={n: t * (k + 1) for n, t in model.state_dict().items()}) for k in range(3)]
+    names = ["0.weight", "1.running_mean"]
+    stacked = _stack(group, names)
+    for n in names:
+        assert stacked[n].is_contiguous() and all(stacked[n][k].is_contiguous() for k in range(3))
+        assert torch.equal(stacked[n], torch.stack([r.start[n] for r in group]))

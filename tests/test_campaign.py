@@ -2,6 +2,7 @@
 GPU machine), with the workflow's numbers in the workflow's layout; out of time, a cell checkpoints and the next call
 finishes it as if it had never stopped."""
 
+import io
 import json
 import os
 import subprocess
@@ -153,6 +154,17 @@ def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_th
     (work / "src").symlink_to(REPO / "src")
     (work / "config.yaml").symlink_to(REPO / "config.yaml")
     campaign.write_plan(campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE], ["fedavg"]), work / "p.json")
+    planted = {  # unfinished work a cut-off call leaves: a cell's checkpoint, a finished stage, a stage's client
+        "results/work/p/d/1-label/m/seed0/checkpoint.pt": b"c" * 10,
+        "results/work/p/d/1-label/m/seed0/clients/3/r2.pt": b"s" * 10,
+        "results/stages/p/d/1-label/seed0/dp_cgan-epsilon50.0-ab12.pt": b"g" * 10,
+        "results/work/stages/p/d/1-label/seed0/dp_cgan-epsilon50.0-ab12/client0.pt": b"k" * 10,  # its stage is done
+        "results/work/stages/p/d/2-label/seed0/dp_cgan-epsilon50.0-ab12/client1.pt": b"k" * 10,
+        "results/work/stages/p/d/2-label/seed0/dp_cgan-epsilon50.0-ab12/client2.request.pt": b"r" * 10,
+    }
+    for name, data in planted.items():
+        (work / name).parent.mkdir(parents=True, exist_ok=True)
+        (work / name).write_bytes(data)
     out = tmp_path / "out"
     env = without(tmp_path, "snakemake", "mlflow") | {
         "OUT": str(out),
@@ -170,3 +182,7 @@ def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_th
         f"{runs}/seed{s}/{f}" for s in (0, 1) for f in ("history.csv", "metrics.json")
     ]
     assert not any(n.endswith(".pt") for n in names)
+    # the unfinished work, in parts of one stream; the finished cells' work and the stage inputs stay behind
+    with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in sorted(out.glob("partial.tgz.*"))))) as tar:
+        back = sorted(tar.getnames())
+    assert back == sorted(n for n in planted if "client0" not in n and "request" not in n), back

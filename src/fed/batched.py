@@ -221,8 +221,7 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
     objective = _Objective(first.model, first.algorithm, ctx)
     pnames = [n for n, _ in first.model.named_parameters()]
     bnames = [n for n, _ in first.model.named_buffers()]
-    P = {n: torch.stack([r.start[n] for r in group]) for n in pnames}
-    B = {n: torch.stack([r.start[n] for r in group]) for n in bnames}
+    P, B = _stack(group, pnames), _stack(group, bnames)
     plans = [_batches(r) for r in group]
     optimiser = _Optimiser(s)
     total = [torch.zeros((), device=r.y.device) for r in group]
@@ -289,6 +288,14 @@ def _train_batched(group: list[Request], locals_: tuple[Any, list, list], ctx: C
     for i, r in enumerate(group):
         r.final = {n: P[n][i].clone() for n in pnames} | {n: B[n][i].clone() for n in bnames}
         r.stats = LocalStats(float(total[i]) / max(seen[i], 1), steps[i])
+
+
+def _stack(group: list[Request], names: list[str]) -> dict[str, torch.Tensor]:
+    """The clients' starting tensors, stacked row-major (as the batches are): a channels-last weight stacked stays
+    channels-last in each client's slice, so CUDA's convolutions return channels-last maps and BatchNorm's CUDA kernel
+    clones them channels-last, which vmap does not support (a Fed-ZDA round failed so on an H200). The loop keeps the
+    presets' channels-last."""
+    return {n: torch.stack([r.start[n] for r in group]).contiguous() for n in names}
 
 
 def _unreached(objective: _Objective, p, b, x, y, local) -> set[str]:
