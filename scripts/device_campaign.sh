@@ -15,7 +15,8 @@
 #           cell is ≈ 13 min there, so it finishes in a second call on the warm machine or back here)
 #   back:   tar xzf <files_at>/runs.tgz && python -m fed export-reference results reference/dafl_fmnist
 #           cat <files_at>/partial.tgz.* | tar xz    # unfinished work, if any: resume it here or on the next GPU
-#           python -m fed campaign --plan campaign.json --minutes N    # (a resumed cell records both machines)
+#           python -m fed campaign --plan campaign.json --minutes N    # at the same commit (a checkpoint of other
+#                                                                      # code is not resumed); it records both machines
 #
 # The device has PyTorch and no network (no Snakemake, MLflow, Opacus or dp-accounting): the wheels in .whl/ (Opacus
 # for DA-FL's GAN stages, dp-accounting for FedDPMS' noise; their own dependencies are there) are installed first.
