@@ -35,6 +35,18 @@ def test_flea_cut_is_the_first_inverted_residual_block():
     assert tuple(build_model("mobilenetv2", 3, 10, 32).features(torch.randn(2, 3, 32, 32)).shape) == (2, 1280)
 
 
+def test_flea_s_pre_cut_block_is_torchvision_s_not_the_authors_own():
+    """docs/deviations.md, MobileNetV2 row: before the cut, torchvision's stem and first block (ReLU6, no shortcut)
+    hold 1,824 parameters; the authors' own MobileNetV2 (XTxiatong/FLea b85be07, models.py: ReLU, a 1×1 expansion and a
+    projection shortcut) 3,456. Whole model: ours 2,236,682, theirs 2,296,922."""
+    model = build_model("mobilenetv2_flea", 3, 10, 32)
+    pre_cut = model.net.features[: model.cut + 1]
+    assert sum(p.numel() for p in pre_cut.parameters()) == 1824
+    assert sum(p.numel() for p in model.parameters()) == 2236682
+    activations = {type(m) for m in pre_cut.modules() if isinstance(m, (torch.nn.ReLU, torch.nn.ReLU6))}
+    assert activations == {torch.nn.ReLU6}
+
+
 def test_flea_audio_and_sensor_nets_cut_after_their_second_block():
     audio = build_model("audionet", 2, 10, 64, 344)
     assert tuple(audio.features(torch.randn(2, 2, 64, 344)).shape) == (2, 16, 16, 86)  # UrbanSound8K log-mel
