@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The GPU checks a lent machine owes after its campaign (issue 41): one call, ≈ 4 minutes on an H200.
+#
+#   here:   gzip -kf data/fmnist/tensors.pt; the wheels in .whl/ as scripts/device_campaign.sh's header says
+#   there:  bash scripts/device_checks.sh    (the device tool's run, carrying data/fmnist/tensors.pt.gz and .whl)
+#
+# 1. the GPU tests (tests/test_gpu.py; the DP-CGAN's GPU-vs-CPU draw in float64 since 2026-11-27, not yet run there);
+# 2. a batched round with BatchNorm on CUDA (Fed-ZDA's, which failed on an H200 before fed.batched._stack) and
+#    DA-FL's, each against the loop; 3. Opacus' per-sample-gradient modes on CUDA, warmed and alternated.
+# Each step has its own time limit; the logs land in $OUT.
+set -uo pipefail
+out=${OUT:-/tmp/device_checks_out}
+mkdir -p "$out"
+for z in data/*/tensors.pt.gz; do
+  [ -e "$z" ] && [ ! -e "${z%.gz}" ] && gunzip -c "$z" > "${z%.gz}"
+done
+if compgen -G ".whl/*.whl" >/dev/null; then
+  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
+  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
+fi
+export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+step() {  # NAME SECONDS COMMAND...: run with a limit, keep the log, print its tail
+  local name=$1 limit=$2
+  shift 2
+  timeout "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "== $name: exit $?"
+  grep -v "Warning\|backward()" "$out/$name.log" | tail -n 6
+}
+step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
+step batched_fedzda 60 python3 benchmarks/batched_round.py --only fedzda --rounds 1 --device cuda
+step batched_dafl 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda
+step dp_modes 60 python3 benchmarks/dp_modes.py --steps 8 --repeats 2 --device cuda
