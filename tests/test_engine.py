@@ -316,3 +316,25 @@ def test_a_cell_whose_partition_was_cut_short_comes_back_from_its_checkpoint_unt
     assert f"at round {SMALL['rounds']}" in cell()
     again = json.loads((out / "metrics.json").read_text())
     assert again["history"] == first["history"] and (out / "model.pt").exists()
+
+
+def test_cuda_s_kernel_choice_is_the_preset_s_and_float32_stays_full_either_way():
+    """``deterministic`` (on CUDA): true sets deterministic kernels, false lets cuDNN autotune; TF32 is off in both
+    (it rounds products to 10-bit mantissas, beyond rounding). The settings are global: restored after."""
+    from fed.engine import reproducible_cuda
+
+    saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
+             torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
+             torch.backends.cuda.matmul.allow_tf32)  # fmt: skip
+    try:
+        for deterministic in (True, False):
+            torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True
+            reproducible_cuda(deterministic)
+            assert torch.are_deterministic_algorithms_enabled() is deterministic
+            assert torch.backends.cudnn.deterministic is deterministic
+            assert torch.backends.cudnn.benchmark is not deterministic
+            assert not torch.backends.cudnn.allow_tf32 and not torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
+        (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
+         torch.backends.cuda.matmul.allow_tf32) = saved[2:]  # fmt: skip

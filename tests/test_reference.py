@@ -69,3 +69,9 @@ def test_a_tuned_local_setting_is_compared_without_the_value_it_chose():
     assert reasons(rec, params={}, tune=after) == []
     before = record(config={**CONFIG, "lr": 0.05}, tuning={"tune": after})  # a record without what it started from
     assert reasons(before, params={}, tune=after) == ["settings ['lr']"]
+
+
+def test_how_a_cell_was_computed_changes_no_setting_it_is_compared_on():
+    """The device, the batched path and CUDA's kernel choice change rounding only (as another CPU does)."""
+    for key, value in (("device", "cuda"), ("vectorise", True), ("deterministic", False)):
+        assert reasons(record(config={**CONFIG, key: value})) == [], key

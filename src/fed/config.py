@@ -37,6 +37,9 @@ class FLConfig:
     # a round's clients train as one batched computation where the method allows it (fed.batched; the same numbers
     # to rounding); false: one after another
     vectorise: bool = False
+    # on CUDA: deterministic kernels, so a seed repeats bit for bit on the same GPU; false: the fastest kernels
+    # (cuDNN's autotuner, non-deterministic ones), the same numbers to rounding. float32 (no TF32) either way
+    deterministic: bool = True
     reduction: str = ""  # how this preset departs from the paper's stated protocol; its cells are "not comparable"
     note: str = ""  # settings the paper leaves open that this preset fixes (e.g. a ZSDG budget); shown in captions
 

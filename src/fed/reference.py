@@ -10,9 +10,9 @@ from typing import Any
 from fed.config import PROTOCOL_KEY
 
 # settings that change no number of a cell: labels, where checkpoints go and how often, and which round a table
-# reports (every metrics.json holds both the last and the best round); the device and the batched path change
-# rounding only, like the CPU (the cell records them: machine, batched_clients)
-NEUTRAL = {"note", "reduction", "checkpoint_every", "device", "report", "vectorise"}
+# reports (every metrics.json holds both the last and the best round); the device, the batched path and CUDA's
+# kernel choice change rounding only, like the CPU (the cell records them: machine, batched_clients, deterministic)
+NEUTRAL = {"note", "reduction", "checkpoint_every", "device", "report", "vectorise", "deterministic"}
 
 
 def json_safe(value: Any) -> Any:

@@ -4,8 +4,9 @@ Stage I, preliminary training (rounds 1..P):
   each client trains a VAE — encoder E, classifier, Mu/LogVar heads, decoder D — on
       L = CE(ŷ, y) + λ (KLD(q ‖ N(0, I)) + MSE(x̂, x)),
   MSE summed over pixels and the KLD, by definition a sum over latent dimensions (``kld: sum``), averaged over them
-  by default (``kld: mean``, the code's ``.mean()``: 1/d of it), both averaged over the batch; E, the classifier and Mu/LogVar are averaged every round (the preset's
-  ``aggregation``: the code's ``average_weights`` is the unweighted mean); each client keeps its own decoder; at
+  by default (``kld: mean``, the code's ``.mean()``: 1/d of it), both averaged over the batch; E, the classifier
+  and Mu/LogVar are averaged every round (the preset's ``aggregation``: the code's ``average_weights`` is the
+  unweighted mean); each client keeps its own decoder; at
   round P every client uploads its decoder and the server averages them (the same rule) into the global decoder D̄.
   Stage I is its own DAG node (the ``vae_prelim`` stage), shared by every cell with the same λ, P (and KLD scale).
 Stage II, DPMS (once, at round P + 1, with round P's global model — the E and classifier every client holds):
