@@ -321,7 +321,7 @@ def test_a_cell_whose_partition_was_cut_short_comes_back_from_its_checkpoint_unt
 def test_cuda_s_kernel_choice_is_the_preset_s_and_float32_stays_full_either_way():
     """``deterministic`` (on CUDA): true sets deterministic kernels, false lets cuDNN autotune; TF32 is off in both
     (it rounds products to 10-bit mantissas, beyond rounding). The settings are global: restored after."""
-    from fed.engine import reproducible_cuda
+    from fed.device import reproducible_cuda
 
     saved = (torch.are_deterministic_algorithms_enabled(), torch.is_deterministic_algorithms_warn_only_enabled(),
              torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,

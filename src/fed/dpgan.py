@@ -208,7 +208,7 @@ def train_psg(
     torch.manual_seed(seed)
     channels, n, device = x.shape[1], len(y), torch.device(device)
     if device.type == "cuda":  # as a cell's engine: deterministic kernels, no TF32 (a client runs in its own process)
-        from fed.engine import reproducible_cuda
+        from fed.device import reproducible_cuda
 
         reproducible_cuda()
     G = Generator(num_classes, channels, settings.noise_dim, settings.width).to(device)
