@@ -146,6 +146,15 @@ def test_feddpms_quick_config_dry_run(tmp_path):
     assert len(committed) == 17 and counts["train"] == 1 and counts["stage"] == 1
 
 
+def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
+    """config/dafl_fmnist.yaml: every cell of its table is committed under reference/dafl_fmnist, so a fresh checkout
+    rebuilds Table 3's FMNIST column without training (issue 42); without the reference it trains all 12."""
+    args = ("--configfile", str(REPO / "config/dafl_fmnist.yaml"))
+    assert job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)["train"] == 4 * 3
+    counts = job_counts(snakemake(tmp_path, "-n", *args).stdout)
+    assert "train" not in counts and "stage" not in counts and counts["table"] == 1
+
+
 def test_quick_config_dry_run(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/quick.yaml")).stdout)
     assert counts["train"] == 30 + 1 + 2 + 6 and counts["prepare_data"] == 1 and counts["figure"] == 3
