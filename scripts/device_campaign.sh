@@ -34,14 +34,7 @@ jobs=${3:-4}
 threads=${4:-4}
 out=${OUT:-/tmp/device_campaign_out}
 mkdir -p "$out"
-for z in data/*/tensors.pt.gz; do  # a dataset cache carried compressed
-  [ -e "$z" ] && [ ! -e "${z%.gz}" ] && gunzip -c "$z" > "${z%.gz}"
-done
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"  # caches, wheels, PYTHONPATH
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,memory.used --format=csv
 python3 - <<'EOF'
 import importlib.util, torch

@@ -12,14 +12,7 @@
 set -uo pipefail
 out=${OUT:-/tmp/device_checks_out}
 mkdir -p "$out"
-for z in data/*/tensors.pt.gz; do
-  [ -e "$z" ] && [ ! -e "${z%.gz}" ] && gunzip -c "$z" > "${z%.gz}"
-done
-if compgen -G ".whl/*.whl" >/dev/null; then
-  python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl
-  export PYTHONPATH="/tmp/site${PYTHONPATH:+:$PYTHONPATH}"
-fi
-export PYTHONPATH="$PWD/src${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+source "$(dirname "$0")/device_env.sh"  # caches, wheels, PYTHONPATH
 step() {  # NAME SECONDS COMMAND...: run with a limit, keep the log, print its tail
   local name=$1 limit=$2
   shift 2

@@ -150,7 +150,8 @@ def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_th
 
     work = tmp_path / "checkout"
     (work / "scripts").mkdir(parents=True)
-    (work / "scripts/device_campaign.sh").write_bytes((REPO / "scripts/device_campaign.sh").read_bytes())
+    for script in ("device_campaign.sh", "device_env.sh"):
+        (work / "scripts" / script).write_bytes((REPO / "scripts" / script).read_bytes())
     (work / "src").symlink_to(REPO / "src")
     (work / "config.yaml").symlink_to(REPO / "config.yaml")
     campaign.write_plan(campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE], ["fedavg"]), work / "p.json")
