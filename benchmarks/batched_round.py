@@ -7,7 +7,7 @@ Fashion-MNIST (or synthetic data of its shape where it is not prepared):
   (cnn_dafl); ``--dafl-epochs`` (default 1 of the protocol's 5: the seconds scale with it).
 
     python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl] [--device cpu|cuda]
-                                       [--nondeterministic]
+                                       [--nondeterministic] [--method fedavg|fedmix|…]
 
 Prints a row per protocol (seconds looped, batched, their ratio, and the largest difference of the two global
 models after the same rounds: float32 rounding) and, last, ``speedup_fedzda=<x> speedup_dafl=<y>``.
@@ -50,17 +50,21 @@ PROTOCOLS = {
 }
 
 
-def engine(name: str, root: str, cfg: dict, scheme: tuple, vectorise: bool, device: str, fast: bool) -> Engine:
+def engine(
+    name: str, root: str, cfg: dict, scheme: tuple, vectorise: bool, device: str, fast: bool, method: str
+) -> Engine:
     part = make_partition(load_labels(name, root), scheme[0], cfg["num_clients"], seed=0, **scheme[1])
     train, test = load_dataset(name, root, "train"), load_dataset(name, root, "test")
     config = FLConfig(**cfg, rounds=100, vectorise=vectorise, device=device, deterministic=not fast)  # channels-last
-    return Engine(config, build_algorithm("fedavg"), train, test, part, seed=0, progress=None)
+    return Engine(config, build_algorithm(method), train, test, part, seed=0, progress=None)
 
 
-def measure(name: str, root: str, protocol: str, rounds: int, epochs: int | None, device: str, fast: bool = False):
+def measure(
+    name: str, root: str, protocol: str, rounds: int, epochs: int | None, device: str, fast=False, method="fedavg"
+):
     cfg, scheme = PROTOCOLS[protocol]
     cfg = cfg | ({"local_epochs": epochs} if epochs else {})
-    loop, batched = (engine(name, root, cfg, scheme, vectorise, device, fast) for vectorise in (False, True))
+    loop, batched = (engine(name, root, cfg, scheme, vectorise, device, fast, method) for vectorise in (False, True))
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)  # GPU kernels run on after a call
     times = {False: [], True: []}
     for _ in range(rounds):  # alternate, so that a change of load touches both
@@ -83,6 +87,7 @@ def main() -> None:
     ap.add_argument("--only", choices=sorted(PROTOCOLS))
     ap.add_argument("--device", default="cpu", help="cpu (one thread), cuda, …")
     ap.add_argument("--nondeterministic", action="store_true", help="CUDA: deterministic: false")
+    ap.add_argument("--method", default="fedavg", help="the method whose round is timed (its default settings)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     name = dataset(args.data_root)
@@ -90,11 +95,11 @@ def main() -> None:
     for protocol in [args.only] if args.only else PROTOCOLS:
         epochs = args.dafl_epochs if protocol == "dafl" else None
         loop, batched, diff = measure(
-            name, args.data_root, protocol, args.rounds, epochs, args.device, args.nondeterministic
+            name, args.data_root, protocol, args.rounds, epochs, args.device, args.nondeterministic, args.method
         )
         speedups[protocol] = loop / batched
-        print(f"{protocol} ({name}, {args.device}): looped {loop:.2f} s, batched {batched:.2f} s a round, "
-              f"{loop / batched:.2f}x; global models differ by at most {diff:.1e}", flush=True)  # fmt: skip
+        print(f"{protocol} {args.method} ({name}, {args.device}): looped {loop:.2f} s, batched {batched:.2f} s a "
+              f"round, {loop / batched:.2f}x; global models differ by at most {diff:.1e}", flush=True)  # fmt: skip
     print(" ".join(f"speedup_{p}={s:.2f}" for p, s in speedups.items()))
 
 

@@ -5,6 +5,7 @@ import sys
 import warnings
 from pathlib import Path
 
+import forked
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -70,9 +71,13 @@ def smoke_run(tmp_path_factory):
 
 
 def snakemake(workdir: Path, *args: str, check: bool = True) -> subprocess.CompletedProcess:
-    """Run the repository's workflow with ``workdir`` as its working directory."""
-    cmd = [sys.executable, "-m", "snakemake", "-s", str(REPO / "Snakefile"), "-d", str(workdir), *args]
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=workdir)
+    """Run the repository's workflow with ``workdir`` as its working directory; a dry run forks from a process that
+    has imported PyTorch and Snakemake (``forked.py``), a run that trains starts afresh."""
+    argv = ["-s", str(REPO / "Snakefile"), "-d", str(workdir), *map(str, args)]
+    if {"-n", "--dry-run"} & set(args):
+        proc = forked.run(argv, workdir)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "snakemake", *argv], capture_output=True, text=True, cwd=workdir)
     if check and proc.returncode != 0:
         raise AssertionError(f"snakemake failed ({proc.returncode}):\n{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}")
     return proc

@@ -21,6 +21,19 @@ def job_counts(stdout: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)\s*$", table, re.M)}
 
 
+def test_a_forked_dry_run_reads_as_a_fresh_process_s(tmp_path):
+    """conftest.snakemake forks dry runs from a preloaded server (tests/forked.py): same exit code, same jobs, the same
+    error where a target has no producer, the caller's working directory."""
+    smoke = ("--configfile", str(REPO / "config/smoke.yaml"))
+    argv = ["-s", str(REPO / "Snakefile"), "-d", str(tmp_path), "-n", *smoke]
+    fresh = subprocess.run([sys.executable, "-m", "snakemake", *argv], capture_output=True, text=True, cwd=tmp_path)
+    forked = snakemake(tmp_path, "-n", *smoke)
+    assert fresh.returncode == forked.returncode == 0 and job_counts(forked.stdout) == job_counts(fresh.stdout)
+    assert f"Run directory: {tmp_path}" in forked.stdout
+    missing = snakemake(tmp_path, "-n", *smoke, "--", "reports/no_such_table.csv", check=False)
+    assert missing.returncode == 1 and "MissingRuleException" in missing.stdout + missing.stderr
+
+
 def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n").stdout)
     # Tables 1-2: 3 datasets x 2 partitions x 5 methods x 3 seeds = 90 cells, shared by both tables; Fig. 4 three
