@@ -56,7 +56,9 @@ def engine(
     part = make_partition(load_labels(name, root), scheme[0], cfg["num_clients"], seed=0, **scheme[1])
     train, test = load_dataset(name, root, "train"), load_dataset(name, root, "test")
     config = FLConfig(**cfg, rounds=100, vectorise=vectorise, device=device, deterministic=not fast)  # channels-last
-    return Engine(config, build_algorithm(method), train, test, part, seed=0, progress=None)
+    e = Engine(config, build_algorithm(method), train, test, part, seed=0, progress=None)
+    e.algorithm.setup(e.ctx)  # as Engine.run does before its first round (FedMix shares its means there)
+    return e
 
 
 def measure(

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The GPU checks a lent machine owes after its campaign (issue 41): one call, ≈ 4 minutes on an H200.
+# The GPU checks a lent machine owes after its campaign (issue 41): one call, ≈ 4 minutes on an H200, ≤ 7 with
+# FedMix's steps.
 #
 #   here:   gzip -kf data/fmnist/tensors.pt; the wheels in .whl/ as scripts/device_campaign.sh's header says
 #   there:  bash scripts/device_checks.sh    (the device tool's run, carrying data/fmnist/tensors.pt.gz and .whl)
@@ -7,7 +8,10 @@
 # 1. the GPU tests (tests/test_gpu.py; the DP-CGAN's GPU-vs-CPU draw in float64 since 2026-11-27, not yet run there);
 # 2. a batched round with BatchNorm on CUDA (Fed-ZDA's, which failed on an H200 before fed.batched._stack) and
 #    DA-FL's, each against the loop, with deterministic kernels and without (`deterministic: false`, TF32 still off);
-#    3. Opacus' per-sample-gradient modes on CUDA, warmed and alternated.
+#    3. Opacus' per-sample-gradient modes on CUDA, warmed and alternated;
+# 4. FedMix's round (203 s batched on an H200 at E = 5, FedProx's ≈ 16 s; the CPU's batched FedMix step is 1.4x its
+#    loop and vmap falls back to no per-client loop there): one epoch against the loop, with and without
+#    deterministic kernels, to tell a slow deterministic kernel (its input gradient's double backward) from the rest.
 # Each step has its own time limit; the logs land in $OUT.
 set -uo pipefail
 out=${OUT:-/tmp/device_checks_out}
@@ -25,3 +29,5 @@ step batched_fedzda 60 python3 benchmarks/batched_round.py --only fedzda --round
 step batched_dafl 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda
 step batched_dafl_fast 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda --nondeterministic
 step dp_modes 60 python3 benchmarks/dp_modes.py --steps 8 --repeats 2 --device cuda
+step fedmix 90 python3 benchmarks/batched_round.py --only dafl --rounds 1 --device cuda --method fedmix
+step fedmix_fast 90 python3 benchmarks/batched_round.py --only dafl --rounds 1 --device cuda --method fedmix --nondeterministic

@@ -170,12 +170,38 @@ def test_the_run_s_log_says_which_path_trains_its_clients(monkeypatch):
     from fed.models import MODELS
 
     monkeypatch.setitem(MODELS, "wiring_mlp", wiring_mlp)
-    for algorithm, expected in (("fedavg", "FedAvg: a round's clients train together"), ("centralized", "one by one")):
+    for algorithm, vectorise, expected in (
+        ("fedavg", True, "FedAvg: a round's clients train together"),
+        ("centralized", True, "Centralized is not on the batched path: its clients train one by one"),
+        ("fedavg", "auto", "vectorise: auto: FedAvg's clients train one by one on cpu (batched on a GPU only)"),
+    ):
         log = io.StringIO()
         with float64():
             alg = build_algorithm(algorithm)
-            Engine(replace(CFG, rounds=1), alg, *tiny_data(), seed=0, progress=log).run()
+            Engine(replace(CFG, rounds=1, vectorise=vectorise), alg, *tiny_data(), seed=0, progress=log).run()
         assert expected in log.getvalue(), log.getvalue()
+
+
+def test_vectorise_auto_batches_on_a_gpu_and_loops_on_a_cpu(monkeypatch):
+    """``auto``: batched where one launch serves a round's clients (CUDA), the loop where channels-last convolutions
+    are faster one client at a time (a CPU); the history rows say which path trained each round."""
+    from fed.config import FLConfig
+    from fed.rounds import run_round
+
+    auto = FLConfig(vectorise="auto")
+    assert auto.trains_together(torch.device("cuda")) and auto.trains_together("cuda:1")
+    assert not auto.trains_together(torch.device("cpu")) and not auto.trains_together("mps")
+    assert FLConfig(vectorise=True).trains_together("cpu") and not FLConfig().trains_together("cuda")
+    rows = {}
+    for vectorise in (True, "auto"):
+        with float64():
+            ctx, alg = tiny_context(monkeypatch, vectorise=vectorise), build_algorithm("fedprox", mu=0.4)
+            alg.setup(ctx)
+            rows[vectorise] = [run_round(ctx, alg) for _ in range(2)]
+    assert all(row["batched_clients"] == 3 for row in rows[True])  # 3 of the 5 clients a round
+    assert not any("batched_clients" in row for row in rows["auto"])
+    with pytest.raises(ValueError, match="vectorise='yes' is not true, false or 'auto'"):
+        FLConfig.from_preset(FLConfig.defaults() | {"vectorise": "yes"}, "synthetic")
 
 
 def test_the_clients_tensors_are_stacked_row_major_whatever_the_model_s_memory_format():

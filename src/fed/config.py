@@ -35,8 +35,9 @@ class FLConfig:
     device: str = "auto"
     channels_last: bool = True
     # a round's clients train as one batched computation where the method allows it (fed.batched; the same numbers
-    # to rounding); false: one after another
-    vectorise: bool = False
+    # to rounding); false: one after another; "auto": batched on a GPU, the loop on a CPU (where the channels-last loop
+    # is faster: docs/results/performance.md)
+    vectorise: bool | str = False
     # on CUDA: deterministic kernels, so a seed repeats bit for bit on the same GPU; false: the fastest kernels
     # (cuDNN's autotuner, non-deterministic ones), the same numbers to rounding. float32 (no TF32) either way
     deterministic: bool = True
@@ -83,6 +84,8 @@ class FLConfig:
             raise ValueError(f"{name}: the protocol must be stated; missing {missing}")
         values = for_dataset(values, dataset, name)
         _check_types(values, name)
+        if values.get("vectorise", False) not in (True, False, "auto"):
+            raise ValueError(f"{name}: vectorise={values['vectorise']!r} is not true, false or 'auto'")
         return cls(**values)
 
     def with_protocol(self, protocol: dict[str, Any] | None, name: str = "method") -> FLConfig:
@@ -99,6 +102,13 @@ class FLConfig:
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
 
+    def trains_together(self, device: Any) -> bool:
+        """Whether a round's clients train as one batched computation on ``device`` (resolved: a ``torch.device`` or
+        its name), by ``vectorise``."""
+        if self.vectorise == "auto":
+            return str(device).split(":")[0] == "cuda"
+        return self.vectorise
+
 
 PER_DATASET = ("model", "num_clients")  # preset keys that may map dataset -> value (FLea: |K| per dataset)
 
@@ -114,7 +124,14 @@ def for_dataset(preset: dict[str, Any], dataset: str, name: str = "preset") -> d
     return out
 
 
-_TYPES = {"int": (int,), "float": (int, float), "str": (str,), "bool": (bool,), "int | None": (int, type(None))}
+_TYPES = {
+    "int": (int,),
+    "float": (int, float),
+    "str": (str,),
+    "bool": (bool,),
+    "int | None": (int, type(None)),
+    "bool | str": (bool, str),
+}
 
 # what a method may set for itself (``protocol:``): how its clients train locally, never who takes part, for how
 # many rounds or how the server aggregates — those stay the preset's, the same for every method. ``model`` only as

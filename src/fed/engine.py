@@ -213,10 +213,13 @@ class Engine:
             if self.warm_start:
                 self.load_warm_start()
         if cfg.vectorise:  # which path trains the clients (each batched round's history row says it too)
-            name = type(self.algorithm).__name__
-            together = self.algorithm.vectorise
-            self._log(f"{name}: a round's clients train together (fed.batched)" if together else
-                      f"{name} is not on the batched path: its clients train one by one")  # fmt: skip
+            name, device = type(self.algorithm).__name__, ctx.device
+            if not cfg.trains_together(device):
+                self._log(f"vectorise: auto: {name}'s clients train one by one on {device} (batched on a GPU only)")
+            elif self.algorithm.vectorise:
+                self._log(f"{name}: a round's clients train together (fed.batched)")
+            else:
+                self._log(f"{name} is not on the batched path: its clients train one by one")
         if self.on_start:  # e.g. MLflow: continue the run of this identity, or start it afresh
             self.on_start(self.fingerprint(), resumed)
         bar = tqdm(

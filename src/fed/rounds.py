@@ -21,7 +21,7 @@ def run_round(ctx: Context, algorithm: Algorithm) -> dict[str, Any]:
     t0 = time.perf_counter()
     ctx.round_metrics = {}
     clients = algorithm.select_clients(ctx)
-    together = ctx.cfg.vectorise and algorithm.vectorise and len(clients) > 1
+    together = ctx.cfg.trains_together(ctx.device) and algorithm.vectorise and len(clients) > 1
     if together:  # one batched computation (fed.batched): the same numbers to rounding
         ctx.batched = BatchedRound(ctx)
         try:
