@@ -19,8 +19,7 @@ from conftest import REPO
 
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig
-from fed.data import DATASETS
-from fed.data.datasets import DatasetInfo, load_dataset, load_labels, prepare
+from fed.data.datasets import DATASETS, DatasetInfo, load_dataset, load_labels, prepare
 from fed.data.partition import make_partition
 from fed.engine import Engine
 from fed.models import MODELS, build_model

@@ -16,8 +16,8 @@ import numpy as np
 
 from fed.algorithms import ALGORITHMS, PLANNED
 from fed.config import FLConfig, MethodSpec, for_dataset, resolve_preset, sweep_variants
-from fed.data import DATASETS, PARTITIONS
-from fed.data.partition import make_partition
+from fed.data.datasets import DATASETS
+from fed.data.partition import PARTITIONS, make_partition
 from fed.metrics import METRICS, VALIDATION_METRICS
 from fed.models import MODELS
 from fed.reporting.claims import claim_sources

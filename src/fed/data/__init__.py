@@ -1,4 +1,2 @@
-from fed.data.datasets import DATASETS, DatasetUnavailableError, TensorDataset, load_dataset
-from fed.data.partition import PARTITIONS, make_partition
-
-__all__ = ["DATASETS", "DatasetUnavailableError", "TensorDataset", "load_dataset", "PARTITIONS", "make_partition"]
+"""Datasets (``fed.data.datasets``: PyTorch tensors) and partitions (``fed.data.partition``: NumPy only). Import
+from the modules: this package imports neither, so a partition job never loads PyTorch."""
