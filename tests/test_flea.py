@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 
 from fed.algorithms import LocalContext, build_algorithm
-from fed.algorithms.flea import FeatureBatches, distillation, feature_mixup
+from fed.algorithms.flea import FeatureBatches, batch_dcor, distillation, feature_mixup
 from fed.config import FLConfig
 from fed.data.datasets import load_dataset, load_labels
 from fed.data.partition import make_partition
@@ -406,3 +406,29 @@ def test_flea_s_fedlc_baseline_runs_flea_s_absent_class_rule_in_config_and_commi
     cells = sorted((repo / "reference/flea_quick/runs").glob("*/*/*/fedlc_flea/seed*/metrics.json"))
     assert len(cells) == 12
     assert {json.loads(c.read_text())["method"]["params"]["absent"] for c in cells} == {"offset"}
+
+
+def test_batch_dcor_is_the_authors_printed_rho_and_changes_nothing():
+    """R (not R²) of each local batch in training mode (BatchNorm's batch statistics, dropout on), averaged; a batch
+    of one sample is left out; BatchNorm's running statistics and torch's random state are as before."""
+    from torch import nn
+
+    from fed.models.base import SequentialSplit
+
+    torch.manual_seed(0)
+    body = nn.Sequential(nn.Linear(6, 5), nn.BatchNorm1d(5), nn.Dropout(0.3), nn.Tanh())
+    model = SequentialSplit(body, nn.Linear(5, 3)).double().eval()
+    x = torch.randn(9, 6, dtype=torch.float64)
+    buffers, rng = {k: v.clone() for k, v in model.named_buffers()}, torch.get_rng_state()
+    got = batch_dcor(model, x, 4)  # batches of 4, 4 and 1
+    assert all(torch.equal(v, buffers[k]) for k, v in model.named_buffers())
+    assert torch.equal(torch.get_rng_state(), rng)
+    model.train()
+    with torch.no_grad():
+        r = [distance_correlation(b, model.features(b), squared=False) for b in (x[:4], x[4:8])]
+    assert got == pytest.approx(float(sum(r)) / 2, rel=1e-12)
+    model.eval()
+    with torch.no_grad():
+        r_eval = [distance_correlation(b, model.features(b)) for b in (x[:4], x[4:8])]
+    assert abs(float(sum(r_eval)) / 2 - got) > 1e-3  # training mode is not eval mode here
+    assert batch_dcor(model, x, 1) is None

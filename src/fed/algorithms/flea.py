@@ -94,6 +94,24 @@ def distillation(student_logits: torch.Tensor, teacher_logits: torch.Tensor, tau
     return tau**2 * (p * (log_p - log_q)).sum(1).mean()
 
 
+def batch_dcor(model: torch.nn.Module, x: torch.Tensor, batch_size: int) -> float | None:
+    """R(x, θ_k[:l](x)) per local batch, averaged: what FLea's code prints as ρ (``dist_corr`` on each training batch,
+    the local model in training mode, the mean of the last local epoch; myuser.py l. 1514, 1540). Here after the local
+    update, on the client's data in consecutive batches of ``batch_size`` (≥ 2 samples), so the model is the last
+    step's rather than each step's. Recorded only: BatchNorm's statistics and the random state are left as they were.
+    None when no batch has two samples."""
+    batches = [b for b in x.split(batch_size) if len(b) > 1]
+    if not batches:
+        return None
+    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    with torch.no_grad(), torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
+        model.train()
+        r = [float(distance_correlation(b, model.features(b))) for b in batches]
+    for k, v in model.named_buffers():
+        v.copy_(buffers[k])
+    return sum(r) / len(r)
+
+
 def _choice(name: str, value: str, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
         raise ValueError(f"flea: {name} must be one of {allowed}, got {value!r}")
@@ -194,7 +212,9 @@ class FLea(Algorithm):
         epochs = 3 * ctx.cfg.local_epochs if ctx.round == 1 and self.warmup == "code" else None
         loss = self.objective(model, local, ctx)
         stats = ctx.train(model, x, y, loss, ctx.rng("shuffle", ctx.round, client), epochs, objective=(self, local))
-        return ClientResult(client, state_copy(model), len(y), stats.loss, stats.steps)
+        state = state_copy(model)
+        dcor = batch_dcor(model, x, ctx.cfg.batch_size)
+        return ClientResult(client, state, len(y), stats.loss, stats.steps, extra={"dcor_batch": dcor})
 
     def step_draws(self, model, x, y, local, ctx):
         """The rows of F(t) this batch mixes with and their β_i, from the client's mixing stream."""
@@ -264,6 +284,9 @@ class FLea(Algorithm):
             self._exchanged[dst[:, None], src[None, :]] = True
         self._sources = receivers
         ctx.round_metrics["flea_exposure"] = float(self._exchanged.float().mean())  # ε(t) = Σξ / |K|²
+        measured = [r.extra["dcor_batch"] for r in results if r.extra.get("dcor_batch") is not None]
+        if measured:  # the authors' printed ρ (R per local batch), read beside Fig. 9(b): mean over the round's clients
+            ctx.round_metrics["flea_dcor_batch"] = sum(measured) / len(measured)
 
     def state_dict(self):
         return {"sources": list(self._sources), "exchanged": self._exchanged}

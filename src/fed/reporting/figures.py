@@ -125,6 +125,7 @@ METRIC_LABELS = {
     "global_acc": "global test accuracy (%)",
     "flea_exposure": "feature exposure ε(t)",
     "flea_dcor_shared": "distance correlation ρ (shared features)",
+    "flea_dcor_batch": "distance correlation R per local batch",
 }
 
 
