@@ -124,6 +124,51 @@ def test_a_dead_worker_costs_its_job_one_attempt_not_the_campaign(tmp_path, monk
     assert len(outcome["failed"]) == 1 and outcome["failed"][0].startswith(f"bad: its worker died {campaign.ATTEMPTS}")
 
 
+def finish(job, stop_at, threads):
+    Path(job["out"]).write_text("ran here")
+    return "done"
+
+
+def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, monkeypatch):
+    """A job another campaign holds (its lock: another process here) is left to it, and so is what needs it; a job
+    another campaign finished after this one read its plan counts as done; no lock file outlives its job."""
+    import subprocess
+    import sys
+
+    monkeypatch.chdir(tmp_path)
+    jobs = [
+        {"kind": "cell", "out": f"runs/{name}/metrics.json", "rank": [0, 0, 1], "needs": needs, "label": name,
+         "args": {}}
+        for name, needs in (("held", []), ("after_held", ["runs/held/metrics.json"]), ("free", []), ("gone", []))
+    ]  # fmt: skip
+    holder = subprocess.Popen(  # another campaign, in the middle of "held"
+        [sys.executable, "-c", "import sys; sys.path.insert(0, sys.argv[1]); from fed import campaign; "
+         "h = campaign._claim('runs/held/metrics.json'); print('held', flush=True); sys.stdin.read()",
+         str(REPO / "src")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        Path("runs/gone").mkdir(parents=True)
+        real_claim = campaign._claim
+
+        def claim(out):  # "gone" finishes in the other campaign between this one's plan and its start
+            if out.startswith("runs/gone"):
+                Path(out).write_text("ok")
+            return real_claim(out)
+
+        monkeypatch.setattr(campaign, "_claim", claim)
+        outcome = campaign.run({"version": campaign.PLAN_VERSION, "jobs": jobs}, minutes=5, jobs=1, work=finish)
+    finally:
+        holder.communicate("")
+    assert outcome["elsewhere"] == ["held"] and outcome["waiting"] == ["after_held"]
+    assert sorted(outcome["done"]) == ["free", "gone"] and not Path("runs/held/metrics.json").exists()
+    assert Path("runs/free/metrics.json").read_text() == "ran here"
+    assert Path("runs/gone/metrics.json").read_text() == "ok"  # the other campaign's: not run again
+    left = [p.parent.name for p in tmp_path.rglob(".*.campaign-lock")]
+    assert left == ["held"]  # the other campaign's, which ended without releasing it (as if killed)
+
+
 def test_a_tuning_after_another_waits_for_that_tuning_in_the_plan(tmp_path):
     """tune.after: the campaign runs FedAvg's lr tuning first and hands its file to the tuning that starts from it."""
     overlay = tmp_path / "tuned.yaml"

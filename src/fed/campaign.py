@@ -14,11 +14,14 @@ jsonschema, as on a lent GPU machine):
   finishes (killed, it resumes: DA-FL's GANs at the next client, a tuning or prefix run at its last checkpoint), so
   leave it slack. Outputs land where the workflow puts them (``<results_dir>/runs/…``,
   ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables from them, ``fed export-reference`` commits
-  the cells, and a cell's ``machine`` record says where it ran.
+  the cells, and a cell's ``machine`` record says where it ran. Campaigns may share a results directory (one per
+  core, plans that overlap): a job runs under an exclusive lock on its output (``.<name>.campaign-lock`` beside it,
+  released by the system if the process dies), and a job another campaign holds is left to it (``elsewhere``).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import sys
@@ -187,8 +190,9 @@ def run(
     work: Callable[[dict[str, Any], float, int], str] | None = None,
 ) -> dict[str, list[str]]:
     """Run the plan's jobs for ``minutes``, ``jobs`` at once with ``threads`` each (default: the CPUs shared out).
-    Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), waiting
-    (not started: out of time, or an input failed). A worker that dies (killed, out of memory) takes the pool's
+    Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), elsewhere
+    (another campaign holds its lock), waiting (not started: out of time, or an input failed or runs elsewhere). A
+    worker that dies (killed, out of memory) takes the pool's
     other jobs with it: they start again in a new pool (they resume from their checkpoints), and a job that was
     running when ``ATTEMPTS`` pools died fails. ``work``: what a worker runs (``run_job``; tests replace it)."""
     work = work or run_job
@@ -199,7 +203,8 @@ def run(
     missing = sorted({n for j in pending for n in j["needs"] if n not in made and not Path(n).exists()})
     if missing:
         raise ValueError(f"inputs neither planned nor present: {missing} (plan again where they are, or copy them)")
-    outcome: dict[str, list[str]] = {"done": [], "checkpointed": [], "failed": [], "waiting": []}
+    outcome: dict[str, list[str]] = {"done": [], "checkpointed": [], "failed": [], "elsewhere": [], "waiting": []}
+    claims: dict[str, Any] = {}  # output -> the open, locked lock file of a job this campaign runs
     failed: set[str] = set()
     running: dict[Any, dict] = {}
     attempts: dict[str, int] = {}
@@ -227,6 +232,15 @@ def run(
             while ready and len(running) < jobs and time.time() < stop_at:
                 job = ready.pop(0)
                 pending.remove(job)
+                if (claim := _claim(job["out"])) is None:
+                    outcome["elsewhere"].append(job["label"])
+                    say(f"{job['label']} runs in another campaign: left to it")
+                    continue
+                if Path(job["out"]).exists():  # another campaign finished it since the plan was read
+                    _release(job["out"], claim)
+                    outcome["done"].append(job["label"])
+                    continue
+                claims[job["out"]] = claim
                 running[pool.submit(work, job, stop_at, threads)] = job
                 say(f"start {job['kind']} {job['label']}")
             if not running:
@@ -235,6 +249,8 @@ def run(
             if any(isinstance(f.exception(), BrokenProcessPool) for f in finished):  # a worker died: the pool too
                 lost = list(running.values())
                 running.clear()
+                for job in lost:  # claimed again when it restarts
+                    _release(job["out"], claims.pop(job["out"]))
                 pool.shutdown(wait=True, cancel_futures=True)
                 pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
                 for job in lost:
@@ -247,6 +263,7 @@ def run(
                 continue
             for future in finished:
                 job = running.pop(future)
+                _release(job["out"], claims.pop(job["out"]))
                 try:
                     status = future.result()
                 except Exception as err:  # the job's own error: recorded, the campaign goes on
@@ -256,12 +273,37 @@ def run(
                 say(f"{status} {job['kind']} {job['label']}")
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        for out, claim in claims.items():
+            _release(out, claim)
     outcome["waiting"] += [j["label"] for j in pending]
     say(
         f"stopped: {len(outcome['done'])} done, {len(outcome['checkpointed'])} checkpointed, "
-        f"{len(outcome['failed'])} failed, {len(outcome['waiting'])} waiting"
+        f"{len(outcome['failed'])} failed, {len(outcome['elsewhere'])} elsewhere, {len(outcome['waiting'])} waiting"
     )
     return outcome
+
+
+def _lock_path(out: str) -> Path:
+    return Path(out).with_name(f".{Path(out).name}.campaign-lock")
+
+
+def _claim(out: str):
+    """The job's lock, held (an open file under ``flock``), or None when another process holds it."""
+    path = _lock_path(out)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle = open(path, "w")  # noqa: SIM115 — held until _release
+    try:
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        handle.close()
+        return None
+    return handle
+
+
+def _release(out: str, handle) -> None:
+    """Remove the lock file, then unlock: a campaign that opens it afterwards locks a new file and finds the output."""
+    _lock_path(out).unlink(missing_ok=True)
+    handle.close()
 
 
 def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
