@@ -9,8 +9,8 @@
 # 2. a batched round with BatchNorm on CUDA (Fed-ZDA's, which failed on an H200 before fed.batched._stack) and
 #    DA-FL's, each against the loop, with deterministic kernels and without (`deterministic: false`, TF32 still off);
 #    3. Opacus' per-sample-gradient modes on CUDA, warmed and alternated;
-# 4. FedMix's round (203 s batched on an H200 at E = 5, FedProx's ≈ 16 s; the CPU's batched FedMix step is 1.4x its
-#    loop and vmap falls back to no per-client loop there): one epoch against the loop, with and without
+# 4. FedMix's round (203 s batched on an H200 at E = 5, FedProx's ≈ 16 s; on one CPU thread its batched round is
+#    0.95x the loop, with no vmap fallback: docs/results/performance.md): one epoch against the loop, with and without
 #    deterministic kernels, to tell a slow deterministic kernel (its input gradient's double backward) from the rest.
 # Each step has its own time limit; the logs land in $OUT.
 set -uo pipefail

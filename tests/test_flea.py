@@ -422,7 +422,7 @@ def test_batch_dcor_is_the_authors_printed_rho_and_changes_nothing():
     buffers, rng = {k: v.clone() for k, v in model.named_buffers()}, torch.get_rng_state()
     got = batch_dcor(model, x, 4)  # batches of 4, 4 and 1
     assert all(torch.equal(v, buffers[k]) for k, v in model.named_buffers())
-    assert torch.equal(torch.get_rng_state(), rng)
+    assert torch.equal(torch.get_rng_state(), rng) and not model.training
     model.train()
     with torch.no_grad():
         r = [distance_correlation(b, model.features(b), squared=False) for b in (x[:4], x[4:8])]

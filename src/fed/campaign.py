@@ -192,9 +192,9 @@ def run(
     """Run the plan's jobs for ``minutes``, ``jobs`` at once with ``threads`` each (default: the CPUs shared out).
     Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), elsewhere
     (another campaign holds its lock), waiting (not started: out of time, or an input failed or runs elsewhere). A
-    worker that dies (killed, out of memory) takes the pool's
-    other jobs with it: they start again in a new pool (they resume from their checkpoints), and a job that was
-    running when ``ATTEMPTS`` pools died fails. ``work``: what a worker runs (``run_job``; tests replace it)."""
+    worker that dies (killed, out of memory) takes the pool's other jobs with it: they start again in a new pool
+    (they resume from their checkpoints), and a job that was running when ``ATTEMPTS`` pools died fails. ``work``:
+    what a worker runs (``run_job``; tests replace it)."""
     work = work or run_job
     stop_at = time.time() + 60 * minutes
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)

@@ -98,17 +98,18 @@ def batch_dcor(model: torch.nn.Module, x: torch.Tensor, batch_size: int) -> floa
     """R(x, θ_k[:l](x)) per local batch, averaged: what FLea's code prints as ρ (``dist_corr`` on each training batch,
     the local model in training mode, the mean of the last local epoch; myuser.py l. 1514, 1540). Here after the local
     update, on the client's data in consecutive batches of ``batch_size`` (≥ 2 samples), so the model is the last
-    step's rather than each step's. Recorded only: BatchNorm's statistics and the random state are left as they were.
-    None when no batch has two samples."""
+    step's rather than each step's. Recorded only: BatchNorm's statistics, the model's mode and the random state are
+    left as they were; it costs one forward pass over the client's data a round. None when no batch has two samples."""
     batches = [b for b in x.split(batch_size) if len(b) > 1]
     if not batches:
         return None
-    buffers = {k: v.clone() for k, v in model.named_buffers()}
+    buffers, training = {k: v.clone() for k, v in model.named_buffers()}, model.training
     with torch.no_grad(), torch.random.fork_rng(devices=[x.device] if x.device.type == "cuda" else []):
         model.train()
         r = [float(distance_correlation(b, model.features(b))) for b in batches]
     for k, v in model.named_buffers():
         v.copy_(buffers[k])
+    model.train(training)
     return sum(r) / len(r)
 
 
