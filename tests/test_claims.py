@@ -233,3 +233,20 @@ def test_a_users_method_is_shown_but_never_a_rival_of_the_papers_claims():
     )
     assert "fedzdac" in merged["claims"]["zda_best_local_accuracy"]["rivals"]
     assert "mine" not in merged["claims"]["zda_best_local_accuracy"]["rivals"]
+
+
+def test_a_figure_that_attacks_several_rounds_tests_each_round_on_its_own():
+    """FLea Fig. 9c with ``rounds``: one row per seed and attacked round; pooling the rounds would count each seed
+    twice. Round 1 loses 5 pp, round 10 none: the claim is contradicted at round 1 alone, and says so."""
+    from fed.reporting.claims import small_loss
+
+    rows = [
+        dict(dataset="fmnist", round=r, x=x, seed=s, global_acc=70.0 - (5.0 if (r, x) == (1, 3) else 0.0) + d)
+        for r in (1, 10)
+        for x in (0, 3)
+        for s, d in enumerate((-0.2, 0.0, 0.2))
+    ]
+    out = small_loss(pd.DataFrame(rows).assign(diverged=False), {"x": "x", "metric": "global_acc", "margin": 2.0})
+    assert out["verdict"] == CONTRADICTED
+    assert "fmnist, round 1: global_acc at x=0 70.00 vs x=3 65.00" in out["evidence"]
+    assert "fmnist, round 10: global_acc at x=0 70.00 vs x=3 70.00" in out["evidence"]

@@ -151,6 +151,53 @@ def test_the_reconstruction_figure_attacks_each_cell_s_final_model(synthetic_roo
         kind.cells({**fig, "x_values": {"flea": 3}})
 
 
+def test_with_rounds_the_attack_figures_attack_each_cell_s_model_at_those_rounds(synthetic_root, tmp_path):
+    """FLea Fig. 9 attacks the models of rounds 1 and 10: each cell's ``model_at`` stages, one per round, in
+    ``stages`` order; the CSV keeps the cell's final accuracy (what the accuracy claim weighs) beside the attacked
+    model's. The round-10 stage here holds a different model, so its attack differs from round 1's."""
+    import torch
+
+    from fed.models import build_model
+
+    fig = {"output": "t/fig9c", "preset": "p", "datasets": ["synthetic"], "partitions": ["qua3"], "seeds": [0]}
+    fig |= {"methods": ["flea_l1_1", "flea"], "x_values": {"flea_l1_1": 0, "flea": 3}, "rounds": [1, 10]}
+    fig |= {"samples": 128, "epochs": 2, "width": 8, "sizes": [10, 40], "test": 60, "mean_batch": 5}
+    kinds = FIGURE_KINDS["reconstruction_attack"], FIGURE_KINDS["context_attack"]
+    expected = [
+        (m, "synthetic", "qua3", 0, f"model_at-method{m}-rounds{r}") for m in ("flea_l1_1", "flea") for r in (1, 10)
+    ]
+    for kind in kinds:
+        assert [(s.param("method"), d, p, seed, s.key) for pr, d, p, seed, s in kind.stages(fig, {})] == [
+            (m, d, p, seed, key) for m, d, p, seed, key in expected
+        ]
+    cells = kinds[0].cells(fig)
+    files, data = audionet_cells(cells, tmp_path, synthetic_root)
+    stages = []
+    for c in cells:
+        for r in fig["rounds"]:
+            torch.manual_seed(r)  # round 10's model differs from round 1's
+            state = build_model("audionet", 1, 10, 28).state_dict()
+            record = {"state": state, "model": "audionet", "dataset": "synthetic", "round": r, "diverged": False}
+            torch.save(record | {"last": {"global_acc": 40.0 + r}}, tmp_path / f"{c['method']}-{r}.pt")
+            stages.append(tmp_path / f"{c['method']}-{r}.pt")
+    kinds[0].draw(fig, cells, files, stages, tmp_path / "f.png", tmp_path / "f.csv", "caption", data=data)
+    df = pd.read_csv(tmp_path / "f.csv")
+    assert df[["method", "round", "x"]].values.tolist() == [
+        ["flea_l1_1", 1, 0],
+        ["flea_l1_1", 10, 0],
+        ["flea", 1, 3],
+        ["flea", 10, 3],
+    ]
+    assert df.global_acc.tolist() == [50.0] * 4 and df.attacked_acc.tolist() == [41.0, 50.0, 41.0, 50.0]
+    curves = [json.loads(c) for c in df.curve]
+    assert curves[0] == pytest.approx(curves[2]) and curves[0] != pytest.approx(curves[1])
+    kinds[1].draw(fig, cells, files, stages, tmp_path / "g.png", tmp_path / "g.csv", "caption", data=data)
+    shared = set(pd.read_csv(tmp_path / "g.csv").shared)
+    assert shared == {"FedMix averages of 5"} | {
+        f"{m} features, round {r}" for m in ("flea", "flea_l1_1") for r in (1, 10)
+    }
+
+
 def test_fig3_scores_class_separation_before_and_after_one_local_update(synthetic_root, tmp_path):
     import torch
     from sklearn.metrics import davies_bouldin_score

@@ -95,3 +95,25 @@ def test_a_tuning_after_another_runs_at_its_lr_and_scales_its_start_round(synthe
     out = run_cell(*common[:1], zdas, *common[1:], tmp_path / "cell", stages={"tuning": tmp_path / "z.pt"})
     assert out["config"]["lr"] == first["protocol.lr"] and out["method"]["params"]["start_round"] in (2, 3)
     assert out["tuning"]["after"] == first  # what a committed copy is checked against (fed.reference)
+
+
+def test_a_model_at_stage_holds_the_cell_s_global_model_at_that_round(synthetic_root, tmp_path):
+    """FLea Fig. 9 attacks early rounds' models: the stage runs the cell's config and stops after round r, so it holds
+    exactly the cell's model at round r — also for a method that plans by the rounds to come (CCVR calibrates its
+    classifier at the last round: a run cut to r rounds would calibrate at round 2 and differ)."""
+    from fed.runner import make_engine
+
+    part = tmp_path / "part.json"
+    part.write_text(json.dumps(make_partition(load_labels("synthetic", synthetic_root), "unimodal", 10, seed=0)))
+    spec = MethodSpec.from_config("ccvr", {"algorithm": "ccvr", "virtual_per_class": 20, "epochs": 2})
+    cell = make_engine(CFG, spec, "synthetic", synthetic_root, part, 0, work_dir=tmp_path / "cell", progress=None)
+    states = {}
+    cell.on_round = lambda row: states.setdefault(cell.round, {k: v.clone() for k, v in cell.global_state.items()})
+    cell.run()
+    stage = Stage.of("model_at", method="ccvr", rounds=2)
+    run_stage(stage, CFG, "synthetic", synthetic_root, part, 0, tmp_path / "m.pt", tmp_path / "w", method=spec)
+    record = torch.load(tmp_path / "m.pt", weights_only=True)
+    assert record["round"] == 2 and record["model"] == CFG.model and not record["diverged"]
+    assert all(torch.equal(record["state"][k], v) for k, v in states[2].items())
+    assert not all(torch.equal(record["state"][k], v) for k, v in states[3].items())  # not its final model
+    assert 0 <= record["last"]["global_acc"] <= 100

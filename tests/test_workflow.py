@@ -66,8 +66,9 @@ def test_full_config_dry_run_has_a_producer_for_every_output(tmp_path):
     # FedDPMS' Stage I once per (dataset, partition, seed, P), shared by every noise level: 3 datasets x 5 beta x 3
     # seeds at P = 20, and P = 15, 25 on FMNIST beta = 0.5
     feddpms_stages = 3 * 5 * 3 + 2 * 3
-    # FLea: FedProx's mu and FedLC's tau chosen on held-out client data per (block, dataset, partition), on seed 0
-    flea_stages = 2 * 3 * 2 * 3
+    # FLea: FedProx's mu and FedLC's tau chosen on held-out client data per (block, dataset, partition), on seed 0;
+    # Figs. 9(c)-(d) attack the global models after rounds 1 and 10 of FLea with and without dCor, 5 seeds
+    flea_stages = 2 * 3 * 2 * 3 + 2 * 2 * 5
     assert counts["stage"] == 3 * 2 * 3 + 2 * 3 + 3 + 3 * 2 + (10 + 4) * 3 + feddpms_stages + flea_stages
     assert counts["prepare_data"] == 7 and counts["mlflow_init"] == 4  # + UrbanSound8K, UCI-HAR; + FLea
 
@@ -78,8 +79,9 @@ def test_flea_quick_config_dry_run(tmp_path):
     counts = job_counts(out)
     # Table 1's CIFAR-10 columns on the Fashion-MNIST stand-in: 2 blocks x 3 partitions x 10 methods (no FedData) x 2
     # seeds; the tuning of FedProx and FedLC per (block, partition); Figs. 6, 7-8 and 9(a, b) read table cells,
-    # Fig. 9(c) adds FLea without dCor (Qua(3), |D_k| = 100, 2 seeds)
-    assert counts["train"] == 2 * 3 * 10 * 2 + 2 and counts["stage"] == 2 * 2 * 3
+    # Fig. 9(c) adds FLea without dCor (Qua(3), |D_k| = 100, 2 seeds); Figs. 9(c)-(d) attack both FLeas' models
+    # after rounds 1 and 10 (a model_at stage each)
+    assert counts["train"] == 2 * 3 * 10 * 2 + 2 and counts["stage"] == 2 * 2 * 3 + 2 * 2 * 2
     assert counts["table"] == 2 and counts["figure"] == 6 and counts["claims"] == 1 and counts["prepare_data"] == 1
     assert "partitions/flea_quick_d50/fmnist/flea_dir0.1/seed1.json" in out and "data/cifar10" not in out
     # tracking_mode: batch: one job logs the paper's cells at the end

@@ -53,9 +53,12 @@ class Engine:
         on_round: Callable[[dict], None] | None = None,
         on_start: Callable[[str, bool], None] | None = None,
         stop_at: float | None = None,
+        until: int | None = None,
     ):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
         self.stop_at = stop_at  # time.time() after which the run checkpoints its last round and stops (OutOfTime)
+        # the last round to run: the cell's config, stopped early (a ``model_at`` stage: its rounds are the cell's)
+        self.last_round = min(cfg.rounds, until or cfg.rounds)
         self.work_dir = Path(work_dir) if work_dir else None
         self.progress, self.on_round, self.on_start = progress, on_round, on_start
         device = resolve_device(cfg.device)
@@ -222,8 +225,9 @@ class Engine:
                 self._log(f"{name} is not on the batched path: its clients train one by one")
         if self.on_start:  # e.g. MLflow: continue the run of this identity, or start it afresh
             self.on_start(self.fingerprint(), resumed)
+        last = self.last_round
         bar = tqdm(
-            total=cfg.rounds,
+            total=last,
             initial=ctx.round,
             desc=self.label or "rounds",
             unit="round",
@@ -232,11 +236,11 @@ class Engine:
             mininterval=1.0,
             dynamic_ncols=True,
         )
-        while ctx.round < cfg.rounds and self.diverged_round is None:
+        while ctx.round < last and self.diverged_round is None:
             row = run_round(ctx, self.algorithm)
             diverged = row.pop("diverged")
             t0 = time.perf_counter()
-            if diverged or ctx.round % cfg.eval_every == 0 or ctx.round == cfg.rounds:
+            if diverged or ctx.round % cfg.eval_every == 0 or ctx.round == last:
                 row.update(evaluate(ctx))
             row["seconds"] += time.perf_counter() - t0
             self.history.append(row)
@@ -248,8 +252,8 @@ class Engine:
                 self._log(f"diverged at round {ctx.round} (non-finite loss or weights); stopping this run")
             if self.on_round:
                 self.on_round(row)
-            out_of_time = self.stop_at is not None and time.time() > self.stop_at and ctx.round < cfg.rounds
-            if diverged or out_of_time or ctx.round % cfg.checkpoint_every == 0 or ctx.round == cfg.rounds:
+            out_of_time = self.stop_at is not None and time.time() > self.stop_at and ctx.round < last
+            if diverged or out_of_time or ctx.round % cfg.checkpoint_every == 0 or ctx.round == last:
                 self.save_checkpoint(self.wall_before + time.perf_counter() - started)
             if out_of_time and not diverged:
                 bar.close()

@@ -126,19 +126,33 @@ def run_vae_prelim(job: StageJob) -> None:
     torch.save({**ckpt, "stage": job.stage.declared.key}, job.out)
 
 
-def run_centralized_model(job: StageJob) -> None:
-    """Centralized training for the preset's rounds; writes the model, its architecture and its last-round
-    metrics (an oracle is a result too: its test accuracy goes beside the figure that uses it)."""
-    run = job.engine("centralized")
-    summary = run.run()
+def save_model(job: StageJob, run: Engine, summary: dict[str, Any]) -> None:
+    """A stage's model: its state, its architecture, its round and last-round metrics
+    (``fed.reporting.zsdg_figures.load_stage_model`` rebuilds it)."""
     record = {
         "state": run.global_state,
         "model": run.cfg.model,
         "dataset": job.dataset,
+        "round": run.round,
         "diverged": summary["diverged"],
         "last": json_safe(summary["last"]),
     }
     torch.save(record, job.out)
+
+
+def run_centralized_model(job: StageJob) -> None:
+    """Centralized training for the preset's rounds; writes the model, its architecture and its last-round
+    metrics (an oracle is a result too: its test accuracy goes beside the figure that uses it)."""
+    run = job.engine("centralized")
+    save_model(job, run, run.run())
+
+
+def run_model_at(job: StageJob) -> None:
+    """The cell's run, stopped after round r (its config unchanged: a method that plans by the rounds to come, e.g.
+    CCVR's calibration at the last round, plans as in the cell), and its global model then: what an attack on an
+    early round reads (FLea Fig. 9)."""
+    run = job.engine(job.method, until=job.stage.param("rounds"))
+    save_model(job, run, run.run())
 
 
 def run_tuning(job: StageJob) -> None:
@@ -257,6 +271,7 @@ STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "tuning": run_tuning,
     "dp_cgan": run_dp_cgan,
     "vae_prelim": run_vae_prelim,
+    "model_at": run_model_at,
 }
 
 

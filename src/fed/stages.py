@@ -23,13 +23,18 @@ A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the wor
   one conditional GAN per client trained with DP-SGD (Opacus) on that client's data. The file holds each client's
   generator, DP-SGD steps, ε spent and training time — never data. Shared by every γ and label budget ε1.
 
+- ``model_at`` (method=name, rounds=r): the method's cell run with its own config and stopped after round r; its
+  global model then is the cell's at round r (``tests/test_stages.py``) — what an attack on an early round reads
+  (FLea Fig. 9 attacks the models of rounds 1 and 10).
+
 - ``vae_prelim`` (rounds=P, vae_weight=λ): FedDPMS' Stage I — P rounds of VAE training with local decoders, ending
   with the global decoder. Its checkpoint is where every FedDPMS cell with that (P, λ) continues, whatever its
   noise, clipping and quota. Optional: with ``warm_start: false`` each cell trains its own Stage I.
 
 A stage that runs the method's own rounds (``vae_prelim``, ``tuning``: ``StageKind.own_protocol``) trains with the
 method's ``protocol:`` (its local optimiser in place of the preset's, ``FLConfig.with_protocol``): the workflow adds
-it to the stage's parameters as ``fl_<setting>``, so it is part of the stage's file name and identity.
+it to the stage's parameters as ``fl_<setting>``, so it is part of the stage's file name and identity. ``model_at``
+runs its method's configured spec, ``protocol:`` included (the stage job's ``method`` param).
 """
 
 from __future__ import annotations
@@ -110,6 +115,7 @@ STAGE_KINDS: dict[str, StageKind] = {
     "centralized_model": StageKind(algorithm="centralized"),
     "tuning": StageKind(per_seed=False, own_protocol=True),  # q-FFL's authors select q once, not per seed
     "dp_cgan": StageKind(key_params=("epsilon",), algorithm="dafl"),  # DA-FL: one DP-CGAN per client, for every γ
+    "model_at": StageKind(),  # an early round's global model (FLea Fig. 9's attacks); its method's spec, protocol too
     # FedDPMS' Stage I, shared by every σ, C and α
     "vae_prelim": StageKind(optional=True, algorithm="feddpms", own_protocol=True),
 }

@@ -99,8 +99,8 @@ def _select(rows: pd.DataFrame, claim: dict) -> pd.DataFrame:
 
 
 def _trend_groups(df: pd.DataFrame, claim: dict) -> list[tuple[str, pd.DataFrame]]:
-    """(label, mean/std/count of ``metric`` per x, sorted by x) per dataset and partition (tables) or dataset
-    (figure CSVs)."""
+    """(label, mean/std/count of ``metric`` per x, sorted by x) per dataset and partition (tables) or dataset and
+    attacked round (figure CSVs; FLea Fig. 9c's ``rounds``)."""
     x, metric = claim["x"], claim["metric"]
     if "x_values" in claim:  # a table's methods as points of x (e.g. Table 4's ε0 per method), per dataset/partition
         rows = _select(df[(df.metric == metric) & df.method.isin(claim["x_values"])], claim)
@@ -110,11 +110,12 @@ def _trend_groups(df: pd.DataFrame, claim: dict) -> list[tuple[str, pd.DataFrame
             (f"{d}/{p}", g.set_index(x)[["mean", "std", "count"]].sort_index())
             for (d, p), g in stats.groupby(["dataset", "partition"], sort=False)
         ]
-    else:  # a figure's CSV: one row per seed
+    else:  # a figure's CSV: one row per seed (and attacked round, where it has them: a group each)
         df = _select(df[~df.get("diverged", pd.Series(False, index=df.index)).astype(bool)], claim)
+        rounds = df["round"] if "round" in df and df["round"].notna().any() else pd.Series(0, index=df.index)
         groups = [
-            (dataset, g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index())
-            for dataset, g in df.groupby("dataset", sort=False)
+            (f"{d}, round {r:g}" if r else d, g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index())
+            for (d, r), g in df.groupby([df.dataset, rounds.fillna(0)], sort=False)
         ]
     return [(label, agg) for label, agg in groups if len(agg) >= 2]
 

@@ -247,20 +247,21 @@ def plot_flea_batch(df, out: str | Path, title: str) -> None:
 
 
 def plot_reconstruction(df, x_label: str, out: str | Path, title: str) -> None:
-    """FLea Fig. 9(c): the attacker's training MSE per epoch, one line per x (mean over seeds), one panel per
-    (dataset, partition). ``df``: one row per cell with ``curve`` (JSON list of MSE per epoch) and ``x``."""
+    """FLea Fig. 9(c): the attacker's training MSE per epoch, one line per x and attacked round (mean over seeds),
+    one panel per (dataset, partition). ``df``: one row per attacked model with ``curve`` (JSON list of MSE per
+    epoch), ``x`` and ``round`` (empty: the cell's final model)."""
     import json
 
     groups = list(dict.fromkeys(zip(df.dataset, df.partition)))
     fig, axes = plt.subplots(1, len(groups), figsize=(4.6 * len(groups), 3.6), squeeze=False)
     for ax, (dataset, partition) in zip(axes[0], groups):
         g = df[(df.dataset == dataset) & (df.partition == partition) & ~df.diverged.astype(bool)]
-        for x, m in g.groupby("x", sort=True):
+        for (x, round_), m in g.groupby(["x", g["round"].fillna(0)], sort=True):
             curves = np.array([json.loads(c) for c in m.curve])
             mean = curves.mean(0)
-            ax.plot(
-                np.arange(1, len(mean) + 1), mean, marker="o", ms=3, label=f"{x_label} = {x:g} ({len(curves)} seeds)"
-            )
+            after = f", round {round_:g}" if round_ else ""
+            label = f"{x_label} = {x:g}{after} ({len(curves)} seeds)"
+            ax.plot(np.arange(1, len(mean) + 1), mean, marker="o", ms=3, label=label)
         ax.set(title=f"{dataset} / {partition}", xlabel="attacker epoch", ylabel="reconstruction MSE (training)")
         ax.legend(fontsize=7)
     _title(fig, title)

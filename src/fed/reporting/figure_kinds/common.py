@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import itertools
 from pathlib import Path
+from typing import Any, NamedTuple
 
 STR = {"type": "string"}
 CELLREF = {
@@ -54,3 +55,51 @@ def dataset_reader():
         return load_dataset(dataset, Path(tensors).parents[1], split)
 
     return read
+
+
+# the attacks' figures (FLea Fig. 9c-d): which global model of each cell they attack
+ROUNDS = (
+    False,
+    {
+        "type": "array",
+        "items": {"type": "integer", "minimum": 1},
+        "minItems": 1,
+        "description": "attack each cell's global model after these rounds (model_at stages), not its final one",
+    },
+)
+
+
+def model_at_stages(fig: dict) -> list[tuple]:
+    """With ``rounds``: a ``model_at`` stage per cell (``grid_cells`` order) and round, else none."""
+    from fed.stages import Stage
+
+    return [
+        (c["preset"], c["dataset"], c["partition"], c["seed"], Stage.of("model_at", method=c["method"], rounds=r))
+        for c in grid_cells(fig)
+        for r in fig.get("rounds", [])
+    ]
+
+
+class Attacked(NamedTuple):
+    index: int  # of the cell
+    round: int | None  # None: the cell's final model
+    model: Any
+    diverged: bool
+    metrics: dict  # the attacked model's test metrics
+    cell_metrics: dict  # the cell's, as its tables report them
+
+
+def attacked_models(fig: dict, cells: list[dict], files: list, stages: list):
+    """Each model a figure attacks (``Attacked``): each cell's final model, or with ``rounds`` its model after each
+    of them (the ``model_at`` stages, in ``model_at_stages`` order)."""
+    from fed.reporting.zsdg_figures import load_cell_model, load_stage_model
+
+    rounds = fig.get("rounds")
+    for i, (metrics, model_path) in enumerate(files):
+        model, record = load_cell_model(metrics, model_path)
+        reported = record[record["config"]["report"]]
+        if not rounds:
+            yield Attacked(i, None, model, record["diverged"], reported, reported)
+        for j, r in enumerate(rounds or []):
+            model, stage = load_stage_model(stages[i * len(rounds) + j])
+            yield Attacked(i, r, model, stage["diverged"], stage["last"], reported)
