@@ -169,6 +169,59 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
     assert left == ["held"]  # the other campaign's, which ended without releasing it (as if killed)
 
 
+LINGER = """
+import os, time
+from pathlib import Path
+
+def linger(job, stop_at, threads):
+    Path(job["out"] + ".pid").write_text(str(os.getpid()))
+    time.sleep(120)
+    return "done"
+"""
+
+
+def running(pid: int) -> bool:
+    """Alive and not a zombie (a dead orphan stays one where the container's init does not reap it)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+def test_a_killed_campaign_takes_its_workers_with_it(tmp_path):
+    """kill -9 of a campaign leaves no worker training on: its lock died with the campaign, so the next campaign
+    would start the same cell beside it."""
+    import signal
+    import time
+
+    (tmp_path / "lingering.py").write_text(LINGER)
+    script = (
+        "import sys; sys.path[:0] = sys.argv[1:3]; from fed import campaign; import lingering; "
+        "job = {'kind': 'cell', 'out': 'cell', 'rank': [0, 0, 1], 'needs': [], 'label': 'cell', 'args': {}}; "
+        "campaign.run({'version': campaign.PLAN_VERSION, 'jobs': [job]}, minutes=5, work=lingering.linger)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, str(REPO / "src"), str(tmp_path)], cwd=tmp_path)
+    try:
+        for _ in range(600):  # the worker starts (spawned: it imports fed afresh)
+            if (tmp_path / "cell.pid").exists() and (tmp_path / "cell.pid").read_text():
+                break
+            time.sleep(0.1)
+        worker = int((tmp_path / "cell.pid").read_text())
+        assert running(worker)
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+        for _ in range(100):
+            if not running(worker):
+                break
+            time.sleep(0.1)
+        assert not running(worker), "the worker outlived its campaign"
+    finally:
+        parent.kill()
+        if (tmp_path / "cell.pid").exists() and running(worker := int((tmp_path / "cell.pid").read_text())):
+            os.kill(worker, signal.SIGKILL)
+
+
 def test_a_tuning_after_another_waits_for_that_tuning_in_the_plan(tmp_path):
     """tune.after: the campaign runs FedAvg's lr tuning first and hands its file to the tuning that starts from it."""
     overlay = tmp_path / "tuned.yaml"

@@ -16,14 +16,18 @@ jsonschema, as on a lent GPU machine):
   ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables from them, ``fed export-reference`` commits
   the cells, and a cell's ``machine`` record says where it ran. Campaigns may share a results directory (one per
   core, plans that overlap): a job runs under an exclusive lock on its output (``.<name>.campaign-lock`` beside it,
-  released by the system if the process dies), and a job another campaign holds is left to it (``elsewhere``).
+  released by the system if the process dies), and a job another campaign holds is left to it (``elsewhere``). A
+  campaign that dies, however (``kill -9`` too), takes its workers with it (``_die_with_campaign``): none goes on
+  writing a job whose lock died with its campaign.
 """
 
 from __future__ import annotations
 
+import ctypes
 import fcntl
 import json
 import os
+import signal
 import sys
 import time
 from collections.abc import Callable
@@ -35,6 +39,7 @@ from typing import Any, TextIO
 
 PLAN_VERSION = 1
 ATTEMPTS = 2  # pools a job may see die under it before it counts as failed
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies (Linux)
 
 
 # ---------------------------------------------------------------------------------------------------------- plan
@@ -220,7 +225,12 @@ def run(
         outcome["failed"].append(f"{job['label']}: {why}")
         say(f"FAILED {job['label']}: {why}")
 
-    pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
+    def new_pool() -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(
+            jobs, mp_context=get_context("spawn"), initializer=_die_with_campaign, initargs=(os.getpid(),)
+        )
+
+    pool = new_pool()
     try:
         while pending or running:
             blocked = [j for j in pending if any(n in failed for n in j["needs"])]
@@ -252,7 +262,7 @@ def run(
                 for job in lost:  # claimed again when it restarts
                     _release(job["out"], claims.pop(job["out"]))
                 pool.shutdown(wait=True, cancel_futures=True)
-                pool = ProcessPoolExecutor(jobs, mp_context=get_context("spawn"))
+                pool = new_pool()
                 for job in lost:
                     attempts[job["out"]] = attempts.get(job["out"], 0) + 1
                     if attempts[job["out"]] >= ATTEMPTS:
@@ -281,6 +291,17 @@ def run(
         f"{len(outcome['failed'])} failed, {len(outcome['elsewhere'])} elsewhere, {len(outcome['waiting'])} waiting"
     )
     return outcome
+
+
+def _die_with_campaign(campaign: int) -> None:
+    """A worker's first act: have the kernel send it SIGTERM when its campaign dies (Linux; the pool's processes
+    are started by the campaign's main thread, the one the signal watches). An orphaned worker would go on training
+    a cell whose lock died with the campaign, and the next campaign would start the same cell beside it. SIGTERM ends
+    a cell as a terminated job (``fed.runner``): its last checkpoint stays, and the next campaign resumes it."""
+    if sys.platform.startswith("linux"):
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    if os.getppid() != campaign:  # it died before the line above
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _lock_path(out: str) -> Path:
