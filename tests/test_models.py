@@ -103,3 +103,17 @@ def test_prediction_does_not_depend_on_the_batch_it_is_cut_into():
         whole = model.eval()(x).argmax(1)
     assert torch.equal(predict(model, x), whole)
     assert torch.equal(predict(model, x, batch=7), whole)
+
+
+def test_the_dafl_width_study_scales_every_layer_of_the_classifier():
+    """cnn_dafl's widths (16, 32, 128) halved and quartered, the shape unchanged: parameters by hand, at 28 × 28
+    (4 × 4 after two unpadded 5 × 5 convolutions and pools): conv 25·c1 + c1, conv 25·c1·c2 + c2, FC 16·c2·f + f,
+    FC 10·f + 10."""
+
+    def count(c1, c2, f):
+        return 25 * c1 + c1 + 25 * c1 * c2 + c2 + 16 * c2 * f + f + 10 * f + 10
+
+    for name, widths in (("cnn_dafl", (16, 32, 128)), ("cnn_dafl_half", (8, 16, 64)), ("cnn_dafl_quarter", (4, 8, 32))):
+        model = build_model(name, 1, 10, 28)
+        assert sum(p.numel() for p in model.parameters()) == count(*widths), name
+        assert model.features(torch.zeros(2, 1, 28, 28)).shape == (2, 16 * widths[1])

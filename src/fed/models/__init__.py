@@ -20,6 +20,8 @@ MODELS: dict[str, Callable[..., SplitModel]] = {
     "cnn_mnist": FedZDAMnistCNN,
     "cnn_cifar": FedZDACifarCNN,
     "cnn_dafl": DAFLCNN,  # DA-FL: 2 conv + 2 FC
+    "cnn_dafl_half": partial(DAFLCNN, scale=0.5),  # its widths halved (8, 16, 64): the width study
+    "cnn_dafl_quarter": partial(DAFLCNN, scale=0.25),  # quartered (4, 8, 32)
     "cnn_dpms_fmnist": dpms_fmnist_cnn,  # FedDPMS: the VAE's encoder trunk + classifier (FMNIST sizes)
     "cnn_dpms_fmnist_block2": dpms_fmnist_cnn_block2,  # the same cut after its 2nd block (FLea's kind of cut)
     "cnn_dpms_cifar": dpms_cifar_cnn,  # FedDPMS: CIFAR-10/100 sizes

@@ -43,20 +43,21 @@ class FedZDACifarCNN(SequentialSplit):
 class DAFLCNN(SequentialSplit):
     """DA-FL's classifier (Tang et al. 2023, Sec. 4.1): 2 convolutions, each followed by max-pooling and ReLU, then
     2 fully connected layers. Widths are in Fig. 3 only; we take LeNet-like ones: conv5x5-16, conv5x5-32, unpadded,
-    FC 128 (docs/deviations.md)."""
+    FC 128 (docs/deviations.md); ``scale`` multiplies all three (the width study: ``cnn_dafl_half``, ``_quarter``)."""
 
-    def __init__(self, in_channels: int = 1, num_classes: int = 10, image_size: int = 28):
+    def __init__(self, in_channels: int = 1, num_classes: int = 10, image_size: int = 28, scale: float = 1.0):
         side = ((image_size - 4) // 2 - 4) // 2
+        c1, c2, fc = (max(1, round(n * scale)) for n in (16, 32, 128))
         super().__init__(
             nn.Sequential(
-                nn.Conv2d(in_channels, 16, 5),
+                nn.Conv2d(in_channels, c1, 5),
                 nn.MaxPool2d(2),
                 nn.ReLU(),
-                nn.Conv2d(16, 32, 5),
+                nn.Conv2d(c1, c2, 5),
                 nn.MaxPool2d(2),
                 nn.ReLU(),
                 nn.Flatten(),
             ),
-            nn.Sequential(nn.Linear(32 * side * side, 128), nn.ReLU(), nn.Linear(128, num_classes)),
+            nn.Sequential(nn.Linear(c2 * side * side, fc), nn.ReLU(), nn.Linear(fc, num_classes)),
             cut_layer="body.6",
         )
