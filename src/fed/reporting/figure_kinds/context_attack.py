@@ -59,7 +59,7 @@ def attack_rows(fig, cells, files, stages, data) -> pd.DataFrame:
             fits = [n for n in sizes if (n + test) * group <= len(x)]  # averages use `group` images each
             scores = context_detection(lambda v: v, x, fits, gen, marker, group, test)
             rows += [
-                {**base, "shared": f"FedMix averages of {group}", "n": n, "accuracy": a} for n, a in scores.items()
+                {**base, "shared": f"FedMix averages of {group}", "n": n, "accuracy": acc} for n, acc in scores.items()
             ]
         if a.diverged:
             continue
