@@ -169,6 +169,9 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     assert job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)["train"] == 4 * 3 + 4
     counts = job_counts(snakemake(tmp_path, "-n", *args).stdout)
     assert "train" not in counts and "stage" not in counts and counts["table"] == 2
+    # the width study's cells are committed too (config/dafl_fmnist_width.yaml: FedAvg at half and a quarter width)
+    counts = job_counts(snakemake(tmp_path, "-n", *args, str(REPO / "config/dafl_fmnist_width.yaml")).stdout)
+    assert "train" not in counts and counts["table"] == 4
 
 
 def test_quick_config_dry_run(tmp_path):
