@@ -92,14 +92,19 @@ class Attacked(NamedTuple):
 def attacked_models(fig: dict, cells: list[dict], files: list, stages: list):
     """Each model a figure attacks (``Attacked``): each cell's final model, or with ``rounds`` its model after each
     of them (the ``model_at`` stages, in ``model_at_stages`` order)."""
+    import json
+
     from fed.reporting.zsdg_figures import load_cell_model, load_stage_model
 
     rounds = fig.get("rounds")
     for i, (metrics, model_path) in enumerate(files):
-        model, record = load_cell_model(metrics, model_path)
-        reported = record[record["config"]["report"]]
         if not rounds:
+            model, record = load_cell_model(metrics, model_path)
+            reported = record[record["config"]["report"]]
             yield Attacked(i, None, model, record["diverged"], reported, reported)
-        for j, r in enumerate(rounds or []):
+            continue
+        record = json.loads(Path(metrics).read_text())  # the cell's metrics only: its final model is not attacked
+        reported = record[record["config"]["report"]]
+        for j, r in enumerate(rounds):
             model, stage = load_stage_model(stages[i * len(rounds) + j])
             yield Attacked(i, r, model, stage["diverged"], stage["last"], reported)
