@@ -170,13 +170,20 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
 
 
 LINGER = """
-import os, time
+import os, signal, time
 from pathlib import Path
 
 def linger(job, stop_at, threads):
     Path(job["out"] + ".pid").write_text(str(os.getpid()))
     time.sleep(120)
     return "done"
+
+def _terminate(signum, frame):
+    raise SystemExit(f"terminated by signal {signum}")
+
+def linger_as_a_cell(job, stop_at, threads):  # SIGTERM handled as fed.runner handles it in a cell
+    signal.signal(signal.SIGTERM, _terminate)
+    return linger(job, stop_at, threads)
 """
 
 
@@ -189,9 +196,12 @@ def running(pid: int) -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
-def test_a_killed_campaign_takes_its_workers_with_it(tmp_path):
-    """kill -9 of a campaign leaves no worker training on: its lock died with the campaign, so the next campaign
-    would start the same cell beside it."""
+@pytest.mark.parametrize("work", ["linger", "linger_as_a_cell"])
+@pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM"])
+def test_a_killed_campaign_takes_its_workers_with_it(tmp_path, work, kill):
+    """kill -9 (or kill) of a campaign leaves no worker training on: its lock died with the campaign, so the next
+    campaign would start the same cell beside it; nor waiting for work: a cell turns the SIGTERM into SystemExit,
+    which the pool would take for the job's outcome."""
     import signal
     import time
 
@@ -199,7 +209,7 @@ def test_a_killed_campaign_takes_its_workers_with_it(tmp_path):
     script = (
         "import sys; sys.path[:0] = sys.argv[1:3]; from fed import campaign; import lingering; "
         "job = {'kind': 'cell', 'out': 'cell', 'rank': [0, 0, 1], 'needs': [], 'label': 'cell', 'args': {}}; "
-        "campaign.run({'version': campaign.PLAN_VERSION, 'jobs': [job]}, minutes=5, work=lingering.linger)"
+        f"campaign.run({{'version': campaign.PLAN_VERSION, 'jobs': [job]}}, minutes=5, work=lingering.{work})"
     )
     parent = subprocess.Popen([sys.executable, "-c", script, str(REPO / "src"), str(tmp_path)], cwd=tmp_path)
     try:
@@ -209,7 +219,7 @@ def test_a_killed_campaign_takes_its_workers_with_it(tmp_path):
             time.sleep(0.1)
         worker = int((tmp_path / "cell.pid").read_text())
         assert running(worker)
-        parent.send_signal(signal.SIGKILL)
+        parent.send_signal(getattr(signal, kill))
         parent.wait()
         for _ in range(100):
             if not running(worker):

@@ -17,8 +17,8 @@ jsonschema, as on a lent GPU machine):
   the cells, and a cell's ``machine`` record says where it ran. Campaigns may share a results directory (one per
   core, plans that overlap): a job runs under an exclusive lock on its output (``.<name>.campaign-lock`` beside it,
   released by the system if the process dies), and a job another campaign holds is left to it (``elsewhere``). A
-  campaign that dies, however (``kill -9`` too), takes its workers with it (``_die_with_campaign``): none goes on
-  writing a job whose lock died with its campaign.
+  campaign that dies, however (``kill -9`` too), takes its workers with it (``_die_with_campaign``, ``_in_worker``):
+  none goes on writing a job whose lock died with its campaign, nor waits for work from it.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ def run(
                     outcome["done"].append(job["label"])
                     continue
                 claims[job["out"]] = claim
-                running[pool.submit(work, job, stop_at, threads)] = job
+                running[pool.submit(_in_worker, work, job, stop_at, threads)] = job
                 say(f"start {job['kind']} {job['label']}")
             if not running:
                 break  # out of time, or nothing runnable
@@ -293,15 +293,31 @@ def run(
     return outcome
 
 
+_CAMPAIGN: int | None = None  # in a worker: its campaign's pid
+
+
 def _die_with_campaign(campaign: int) -> None:
     """A worker's first act: have the kernel send it SIGTERM when its campaign dies (Linux; the pool's processes
     are started by the campaign's main thread, the one the signal watches). An orphaned worker would go on training
     a cell whose lock died with the campaign, and the next campaign would start the same cell beside it. SIGTERM ends
     a cell as a terminated job (``fed.runner``): its last checkpoint stays, and the next campaign resumes it."""
+    global _CAMPAIGN
+    _CAMPAIGN = campaign
     if sys.platform.startswith("linux"):
         ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
     if os.getppid() != campaign:  # it died before the line above
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _in_worker(work: Callable[..., str], *args: Any) -> str:
+    """A job in a pool worker. A job that outlives its campaign ends the worker: ``fed.runner`` turns the SIGTERM of
+    the campaign's death into SystemExit, which the pool would hand back as the job's outcome to nobody and then
+    keep the worker waiting for work from a campaign that is gone."""
+    try:
+        return work(*args)
+    finally:
+        if os.getppid() != _CAMPAIGN:
+            os._exit(1)
 
 
 def _lock_path(out: str) -> Path:
