@@ -241,12 +241,29 @@ def test_a_figure_that_attacks_several_rounds_tests_each_round_on_its_own():
     from fed.reporting.claims import small_loss
 
     rows = [
-        dict(dataset="fmnist", round=r, x=x, seed=s, global_acc=70.0 - (5.0 if (r, x) == (1, 3) else 0.0) + d)
+        dict(dataset="fmnist", round=r, x=x, seed=s, attacked_acc=70.0 - (5.0 if (r, x) == (1, 3) else 0.0) + d)
         for r in (1, 10)
         for x in (0, 3)
         for s, d in enumerate((-0.2, 0.0, 0.2))
     ]
-    out = small_loss(pd.DataFrame(rows).assign(diverged=False), {"x": "x", "metric": "global_acc", "margin": 2.0})
+    out = small_loss(pd.DataFrame(rows).assign(diverged=False), {"x": "x", "metric": "attacked_acc", "margin": 2.0})
     assert out["verdict"] == CONTRADICTED
-    assert "fmnist, round 1: global_acc at x=0 70.00 vs x=3 65.00" in out["evidence"]
-    assert "fmnist, round 10: global_acc at x=0 70.00 vs x=3 70.00" in out["evidence"]
+    assert "fmnist, round 1: attacked_acc at x=0 70.00 vs x=3 65.00" in out["evidence"]
+    assert "fmnist, round 10: attacked_acc at x=0 70.00 vs x=3 70.00" in out["evidence"]
+
+
+def test_a_cell_s_own_metric_in_a_figure_of_several_rounds_is_tested_once_a_seed():
+    """The same CSV's ``global_acc`` is the cell's final accuracy, repeated on each attacked round's row: tested per
+    round it would print the same evidence twice, pooled it would count each seed twice. One group, one row a seed:
+    the p-value of the rows of one round alone."""
+    from fed.reporting.claims import small_loss
+
+    acc = {(0, 0): 70.1, (0, 1): 69.6, (0, 2): 70.3, (3, 0): 69.0, (3, 1): 67.9, (3, 2): 68.6}
+    rows = [dict(dataset="fmnist", round=r, x=x, seed=s, global_acc=a) for r in (1, 10) for (x, s), a in acc.items()]
+    claim = {"x": "x", "metric": "global_acc", "margin": 2.0}
+    out = small_loss(pd.DataFrame(rows).assign(diverged=False), claim)
+    once = small_loss(
+        pd.DataFrame([r for r in rows if r["round"] == 1]).drop(columns="round").assign(diverged=False), claim
+    )
+    assert out["evidence"] == once["evidence"] and out["verdict"] == once["verdict"]
+    assert "round" not in out["evidence"] and out["evidence"].count("fmnist: global_acc at x=0 70.00 vs x=3 68.50") == 1

@@ -113,6 +113,11 @@ def _trend_groups(df: pd.DataFrame, claim: dict) -> list[tuple[str, pd.DataFrame
     else:  # a figure's CSV: one row per seed (and attacked round, where it has them: a group each)
         df = _select(df[~df.get("diverged", pd.Series(False, index=df.index)).astype(bool)], claim)
         rounds = df["round"] if "round" in df and df["round"].notna().any() else pd.Series(0, index=df.index)
+        cell = list(dict.fromkeys(c for c in ("dataset", "partition", "method", x, "seed") if c in df))
+        if rounds.nunique() > 1 and "seed" in df and (df.groupby(cell)[metric].nunique(dropna=False) <= 1).all():
+            # the metric is the cell's (its final accuracy), the same at every attacked round: a row per seed
+            df = df.drop_duplicates(cell)
+            rounds = pd.Series(0, index=df.index)
         groups = [
             (f"{d}, round {r:g}" if r else d, g.groupby(x)[metric].agg(["mean", "std", "count"]).sort_index())
             for (d, r), g in df.groupby([df.dataset, rounds.fillna(0)], sort=False)
