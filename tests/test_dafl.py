@@ -9,6 +9,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from opacus.accountants import RDPAccountant
 
 from fed.algorithms import build_algorithm
@@ -363,6 +364,57 @@ def test_a_failing_client_process_names_its_client_and_shows_its_log(tmp_path):
                      "settings": {"no_such_option": 1}, "seed": k}  # fmt: skip
     with pytest.raises(RuntimeError, match=r"(?s)PSG of client \d failed .*no_such_option"):
         train_clients([0, 1], bad, tmp_path, workers=2)
+
+
+def test_a_psg_client_stopped_after_every_step_takes_the_steps_of_an_uninterrupted_one(tmp_path):
+    """A client's state kept at ``stop_at`` and resumed (``train_psg``'s ``state_path``): both networks, both Adam
+    states, the accountant and all four random streams come back, so a client stopped after each of its steps ends
+    with the generator, steps and ε of one that never stopped; a state of another seed is not resumed."""
+    from fed.checkpoint import OutOfTime
+
+    x, y = tiny_client()
+    settings = PSGSettings(**TINY_GAN)
+    whole = train_psg(x, y, 3, settings, seed=0)
+    state, stops = tmp_path / "client0.state.pt", 0
+    while True:
+        try:
+            parts = train_psg(x, y, 3, settings, seed=0, state_path=state, stop_at=0.0)
+            break
+        except OutOfTime:
+            stops += 1
+            assert torch.load(state, weights_only=False)["step"] == stops  # one step a call
+    assert stops == whole.steps - 1 and not state.exists()
+    assert (parts.steps, parts.epsilon) == (whole.steps, whole.epsilon)
+    for name, tensor in whole.generator.items():
+        assert torch.equal(tensor, parts.generator[name]), name
+    with pytest.raises(OutOfTime):
+        train_psg(x, y, 3, settings, seed=0, state_path=state, stop_at=0.0)
+    other = train_psg(x, y, 3, settings, seed=1, state_path=state)  # seed 0's state lies there
+    for name, tensor in train_psg(x, y, 3, settings, seed=1).generator.items():
+        assert torch.equal(tensor, other.generator[name]), name
+
+
+def test_a_gan_stage_past_its_deadline_starts_no_client_and_a_client_process_stops_with_its_state(tmp_path):
+    import dataclasses
+    import os
+    import subprocess
+    import sys
+
+    from fed.checkpoint import OutOfTime
+    from fed.dpgan import OUT_OF_TIME, train_clients
+
+    x, y = tiny_client()
+    settings = dataclasses.asdict(PSGSettings(**TINY_GAN))
+    late = lambda k: {"x": x, "y": y, "num_classes": 3, "settings": settings, "seed": k, "stop_at": 0.0}  # noqa: E731
+    for workers in (1, 2):
+        with pytest.raises(OutOfTime, match="not started"):
+            train_clients([0, 1], late, tmp_path, workers=workers)
+    assert not list(tmp_path.iterdir())
+    torch.save(late(0) | {"state": str(tmp_path / "s.pt")}, tmp_path / "r.pt")  # as train_clients hands it over
+    env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
+    cmd = [sys.executable, "-m", "fed.dpgan", str(tmp_path / "r.pt"), str(tmp_path / "c.pt")]
+    assert subprocess.run(cmd, env=env, capture_output=True).returncode == OUT_OF_TIME
+    assert torch.load(tmp_path / "s.pt", weights_only=False)["step"] == 1 and not (tmp_path / "c.pt").exists()
 
 
 def dafl_engine(spec, part, gans, root):

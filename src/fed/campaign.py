@@ -10,9 +10,9 @@ jsonschema, as on a lent GPU machine):
   finished under results_dir, is not planned. ``write_plan`` / ``read_plan`` carry a plan to another machine.
 - ``run(plan, minutes, jobs)``, on any machine: the jobs whose inputs exist, ``jobs`` at once, each in a process of
   its own (on a GPU they share it). At the deadline a cell checkpoints after its current round and stops
-  (``fed.engine.OutOfTime``); the next call resumes it. No job starts after the deadline; a stage that is running
-  finishes (killed, it resumes: DA-FL's GANs at the next client, a tuning or prefix run at its last checkpoint), so
-  leave it slack. Outputs land where the workflow puts them (``<results_dir>/runs/…``,
+  (``fed.checkpoint.OutOfTime``), and so does DA-FL's GAN stage, each running client after its current step with
+  its training state kept; the next call resumes them. No job starts after the deadline; any other stage that is
+  running finishes (killed, a tuning or prefix run resumes at its last checkpoint), so leave it slack. Outputs land where the workflow puts them (``<results_dir>/runs/…``,
   ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables from them, ``fed export-reference`` commits
   the cells, and a cell's ``machine`` record says where it ran. Campaigns may share a results directory (one per
   core, plans that overlap): a job runs under an exclusive lock on its output (``.<name>.campaign-lock`` beside it,
@@ -344,7 +344,8 @@ def _release(out: str, handle) -> None:
 
 
 def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
-    """One job, in a worker process: "done", or "checkpointed" for a cell out of time."""
+    """One job, in a worker process: "done", or "checkpointed" for a cell or a DP-CGAN stage out of time."""
+    from fed.checkpoint import OutOfTime
     from fed.config import FLConfig, MethodSpec
 
     a = job["args"]
@@ -360,24 +361,27 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
         from fed.runner import run_stage
         from fed.stages import Stage
 
-        with _log(job) as progress:
-            run_stage(
-                Stage.of(a["stage"]["kind"], **a["stage"]["params"]),
-                FLConfig.from_preset(a["preset"], a["dataset"]),
-                a["dataset"],
-                a["data_root"],
-                a["partition_file"],
-                a["seed"],
-                a["out"],
-                a["work_dir"],
-                lower=a["lower"],
-                after=a.get("after"),
-                threads=threads,
-                progress=progress,
-                method=MethodSpec.from_config(a["method_name"], a["method"]) if a["method"] else None,
-            )
+        try:
+            with _log(job) as progress:
+                run_stage(
+                    Stage.of(a["stage"]["kind"], **a["stage"]["params"]),
+                    FLConfig.from_preset(a["preset"], a["dataset"]),
+                    a["dataset"],
+                    a["data_root"],
+                    a["partition_file"],
+                    a["seed"],
+                    a["out"],
+                    a["work_dir"],
+                    lower=a["lower"],
+                    after=a.get("after"),
+                    threads=threads,
+                    progress=progress,
+                    method=MethodSpec.from_config(a["method_name"], a["method"]) if a["method"] else None,
+                    stop_at=stop_at,
+                )
+        except OutOfTime:  # a DP-CGAN stage: its clients' state kept
+            return "checkpointed"
     else:
-        from fed.engine import OutOfTime
         from fed.runner import run_cell
         from fed.tracking import git_commit
 

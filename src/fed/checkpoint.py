@@ -18,6 +18,10 @@ from typing import Any
 import torch
 
 
+class OutOfTime(Exception):
+    """A run or stage reached its ``stop_at`` before its end; its checkpoint holds where it stopped."""
+
+
 def digest(obj: Any) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:16]
 

@@ -21,6 +21,7 @@ noise (Sec. 4.3: "不对 GAN 训练添加噪声"); clipping stays, so ε = ∞ d
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import subprocess
@@ -35,6 +36,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from fed import checkpoint, identity
+from fed.checkpoint import OutOfTime
 from fed.models.cgan import Discriminator, Generator
 
 # Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
@@ -42,6 +45,8 @@ from fed.models.cgan import Discriminator, Generator
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch")
 GAN_SIZE = 32  # the CGAN's image side (Sec. 4.1); 28×28 data are resized to it and back
+OUT_OF_TIME = 75  # a client process's exit status when it stopped at ``stop_at`` (EX_TEMPFAIL)
+STATE_EVERY = 50  # PSG steps between a client's kept training states (≈ 4 min on one CPU thread at paper scale)
 
 
 @dataclass(frozen=True)
@@ -115,11 +120,20 @@ def epsilon_after(steps: int, q: float, sigma: float, delta: float) -> float:
     if sigma == 0:
         return math.inf
     from opacus.accountants import RDPAccountant
-    from opacus.accountants.analysis.rdp import compute_rdp, get_privacy_spent
+    from opacus.accountants.analysis.rdp import get_privacy_spent
 
-    orders = RDPAccountant.DEFAULT_ALPHAS
-    rdp = compute_rdp(q=q, noise_multiplier=sigma, steps=steps, orders=orders)
-    return get_privacy_spent(orders=orders, rdp=rdp, delta=delta)[0]
+    # compute_rdp(steps) is its one step's RDP times steps: the same product, the one step computed once
+    return get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=_rdp_of_one_step(q, sigma) * steps, delta=delta)[
+        0
+    ]
+
+
+@functools.cache
+def _rdp_of_one_step(q: float, sigma: float):
+    from opacus.accountants import RDPAccountant
+    from opacus.accountants.analysis.rdp import compute_rdp
+
+    return compute_rdp(q=q, noise_multiplier=sigma, steps=1, orders=RDPAccountant.DEFAULT_ALPHAS)
 
 
 def steps_within_budget(epsilon0: float, q: float, sigma: float, delta: float, scheduled: int) -> int:
@@ -196,10 +210,17 @@ def train_psg(
     seed: int,
     progress=None,
     device: str | torch.device = "cpu",
+    state_path: Path | None = None,
+    stop_at: float | None = None,
 ) -> PSGResult:
     """Algorithm 2 on one client's images ``x`` (in GAN space, (n, C, 32, 32)) and labels ``y``, on ``device``.
     Every random draw — initial weights, Poisson masks, generator inputs, DP-SGD's Gaussian noise — is taken on the
-    CPU from the same seeded streams on every device, so a GPU run differs from a CPU run by kernel rounding only."""
+    CPU from the same seeded streams on every device, so a GPU run differs from a CPU run by kernel rounding only.
+
+    ``state_path``: where the client's training state (both networks, both optimisers, the accountant's history and
+    every random stream) is kept every ``STATE_EVERY`` steps and resumed from, by a run of the same settings, seed,
+    data, code and device kind: a resumed client takes the steps an uninterrupted one takes. Past ``stop_at`` (a
+    ``time.time()``) it keeps its state after the current step and raises ``OutOfTime``."""
     from opacus import GradSampleModule
     from opacus.accountants import RDPAccountant
     from opacus.validators import ModuleValidator
@@ -239,7 +260,40 @@ def train_psg(
     budget = steps_within_budget(settings.epsilon, q, settings.noise_multiplier, settings.delta, scheduled)
     masks, z_gen = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 3)
     real, fake = 1.0, 0.0
-    for t in range(1, budget + 1):
+    streams = {"masks": masks, "z": z_gen, "noise": opt_d.generator}
+    key = checkpoint.digest(
+        [asdict(settings), seed, checkpoint.tensor_hash(x, y), identity.code_hash("fed.dpgan"), device.type]
+    )
+
+    def keep(step: int) -> None:  # everything step ``step + 1`` reads
+        state = {"key": key, "step": step, "seconds": earlier + time.perf_counter() - started, "G": G.state_dict()}
+        state |= {
+            "D": D._module.state_dict(),
+            "opt_g": opt_g.state_dict(),
+            "opt_d": opt_d.original_optimizer.state_dict(),
+        }
+        state |= {"history": list(accountant.history), "rng": torch.get_rng_state()}
+        checkpoint.save(state_path, state | {k: g.get_state() for k, g in streams.items()})
+
+    first, earlier = 1, 0.0
+    kept = checkpoint.load(state_path, device, lambda msg: print(msg, file=progress)) if state_path else None
+    if kept is not None and kept["key"] == key:
+        G.load_state_dict(kept["G"])
+        D._module.load_state_dict(kept["D"])
+        opt_g.load_state_dict(kept["opt_g"])
+        opt_d.original_optimizer.load_state_dict(kept["opt_d"])
+        accountant.history = list(kept["history"])
+        torch.set_rng_state(kept["rng"].cpu())
+        for k, g in streams.items():
+            g.set_state(kept[k].cpu())
+        first, earlier = kept["step"] + 1, kept["seconds"]
+    for t in range(first, budget + 1):
+        if state_path is not None and t > first and (t - 1) % STATE_EVERY == 0:
+            keep(t - 1)
+        if stop_at is not None and t > first and time.time() >= stop_at:
+            if state_path is not None:
+                keep(t - 1)
+            raise OutOfTime(t - 1)
         idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1).to(device)  # line 4: Poisson, each w.p. q
         opt_d.zero_grad(set_to_none=True)
         if not len(idx):  # an empty Poisson batch is a step too: the noise alone
@@ -272,6 +326,9 @@ def train_psg(
         if progress is not None and (t % 50 == 0 or t == budget):
             losses = f"loss_d {loss_d.item():.3f} loss_g {loss_g.item():.3f}"
             print(f"  PSG step {t}/{budget} {losses}", file=progress, flush=True)
+    if state_path is not None:  # the client is done: its generator goes to the stage, its state away
+        for path in (state_path, checkpoint.previous(state_path)):
+            path.unlink(missing_ok=True)
     steps = sum(k for _, _, k in accountant.history)  # the steps the accountant saw (= budget)
     epsilon = 0.0 if not steps else accountant.get_epsilon(settings.delta) if sigma > 0 else math.inf
     if settings.private and not epsilon < settings.epsilon:  # line 20: no step with ε_t ≥ ε0 is ever taken
@@ -285,7 +342,7 @@ def train_psg(
         epsilon,
         q,
         budget < scheduled,
-        time.perf_counter() - started,
+        earlier + time.perf_counter() - started,
     )
 
 
@@ -299,7 +356,9 @@ def client_record(request: dict[str, Any], progress=None) -> dict[str, Any]:
     the result, as the stage stores them."""
     settings = PSGSettings(**request["settings"])
     args = [request[k] for k in ("x", "y", "num_classes")]
-    result = train_psg(*args, settings, request["seed"], progress, request.get("device", "cpu"))
+    state = Path(request["state"]) if request.get("state") else None
+    kwargs = {"device": request.get("device", "cpu"), "state_path": state, "stop_at": request.get("stop_at")}
+    result = train_psg(*args, settings, request["seed"], progress, **kwargs)
     return {"settings": request["settings"], **result.record()}
 
 
@@ -313,7 +372,9 @@ def train_clients(
     """PSG at each of ``clients``, each written to ``work_dir/client{k}.pt`` as it ends. ``workers`` > 1 trains
     that many clients at once, each in a process of its own with one thread (``python -m fed.dpgan``; on a GPU
     they share the device, whose small DP-SGD steps leave it idle between launches). Every client draws from its
-    own seeded streams, so the stage's output does not depend on ``workers``."""
+    own seeded streams, so the stage's output does not depend on ``workers``. A request's ``stop_at`` (a
+    ``time.time()``): no client starts after it, and the running ones keep their state (``state``) and stop;
+    then ``OutOfTime``."""
 
     def done(k: int) -> None:
         if progress:
@@ -324,6 +385,8 @@ def train_clients(
     if workers <= 1 or len(clients) <= 1:
         for k in clients:
             req = request(k)
+            if _late(req):
+                raise OutOfTime(f"client {k} not started")
             if progress:
                 print(f"client {k}: {len(req['y'])} samples", file=progress, flush=True)
             _save(client_record(req, progress), work_dir / f"client{k}.pt")
@@ -334,11 +397,15 @@ def train_clients(
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
 
     def run(k: int) -> int:
-        path = work_dir / f"client{k}.request.pt"
-        _save(request(k), path)
-        with open(work_dir / f"client{k}.log", "w") as log:
+        path, req = work_dir / f"client{k}.request.pt", request(k)
+        if _late(req):
+            raise OutOfTime(f"client {k} not started")
+        _save(req, path)
+        with open(work_dir / f"client{k}.log", "a") as log:  # a resumed client's log goes on
             cmd = [sys.executable, "-m", "fed.dpgan", str(path), str(work_dir / f"client{k}.pt")]
             code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
+        if code == OUT_OF_TIME:
+            raise OutOfTime(f"client {k} stopped, its state kept")
         if code:
             tail = (work_dir / f"client{k}.log").read_text()[-3000:]
             raise RuntimeError(f"PSG of client {k} failed (exit {code}); its log ends:\n{tail}")
@@ -356,6 +423,10 @@ def train_clients(
             for f in futures:  # the running ones finish and keep their clients; the rest are not started
                 f.cancel()
             raise
+
+
+def _late(request: dict[str, Any]) -> bool:
+    return request.get("stop_at") is not None and time.time() >= request["stop_at"]
 
 
 def generate(
@@ -380,4 +451,7 @@ def generate(
 
 if __name__ == "__main__":  # one client of train_clients: python -m fed.dpgan REQUEST OUT
     torch.set_num_threads(1)
-    _save(client_record(torch.load(sys.argv[1], weights_only=False), sys.stdout), Path(sys.argv[2]))
+    try:
+        _save(client_record(torch.load(sys.argv[1], weights_only=False), sys.stdout), Path(sys.argv[2]))
+    except OutOfTime:
+        sys.exit(OUT_OF_TIME)

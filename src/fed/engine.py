@@ -20,6 +20,7 @@ from tqdm import tqdm
 
 from fed import checkpoint, identity, provenance
 from fed.algorithms.base import Algorithm, hyperparameters
+from fed.checkpoint import OutOfTime  # the run reached its ``stop_at``: its checkpoint holds the round given
 from fed.client_store import ClientStore
 from fed.config import FLConfig
 from fed.context import Context
@@ -31,10 +32,6 @@ from fed.rounds import run_round
 # Settings that do not change the training trajectory (what is evaluated or saved, and for how long).
 TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "note", "device")
 EVALUATED = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance")
-
-
-class OutOfTime(Exception):
-    """The run reached its ``stop_at`` before its last round; its checkpoint holds the round given."""
 
 
 class Engine:

@@ -106,6 +106,7 @@ class StageJob:
     after: str | None = None  # a tuning's ``tune.after``: the file of the tuning whose choice it starts from
     rounds: int | None = None  # the preset's rounds (a tuning's ``round_params`` scale from them)
     threads: int = 1  # the job's threads (a DP-CGAN stage trains as many clients at once)
+    stop_at: float | None = None  # a DP-CGAN stage's deadline (fed campaign): its clients keep their state and stop
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -231,7 +232,8 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
 def run_dp_cgan(job: StageJob) -> None:
     """DA-FL's PSG (Algorithm 2) at every client, on its own training split: one DP-CGAN each, ``job.threads``
     clients at a time (``fed.dpgan.train_clients``). Writes the generators and each one's DP-SGD steps, ε and
-    seconds; a killed stage resumes at the next unfinished client."""
+    seconds; a stopped or killed stage resumes each unfinished client from its last kept state (every
+    ``fed.dpgan.STATE_EVERY`` steps, and at ``job.stop_at``)."""
     settings = PSGSettings.from_params(dict(job.stage.params))
     ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
     meta = dataset_info(job.dataset)
@@ -246,7 +248,8 @@ def run_dp_cgan(job: StageJob) -> None:
         x, y = ctx.client_data(k)
         x = to_gan_space(x.cpu().float(), meta.mean, meta.std)
         args = {"settings": dataclasses.asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
-        return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args}
+        resume = {"state": str(job.work_dir / f"client{k}.state.pt"), "stop_at": job.stop_at}
+        return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
 
     todo = [k for k in range(ctx.num_clients) if finished(k) is None]
     if job.progress:
@@ -289,9 +292,11 @@ def run_stage(
     progress: TextIO | None = sys.stderr,
     method: MethodSpec | None = None,
     after: str | None = None,
+    stop_at: float | None = None,
 ) -> None:
     """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``; with
-    the method's local training settings where the stage carries them (``Stage.protocol``)."""
+    the method's local training settings where the stage carries them (``Stage.protocol``). ``stop_at``: a DP-CGAN
+    stage stops there, its clients' state kept (``fed.checkpoint.OutOfTime``); other kinds run to their end."""
     cfg = cfg.with_protocol(stage.protocol, stage.key)
 
     def engine(method: str | MethodSpec, rounds: int | None = None, **kwargs) -> Engine:
@@ -303,7 +308,7 @@ def run_stage(
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
     job = StageJob(
-        stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after, cfg.rounds, threads
+        stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after, cfg.rounds, threads, stop_at
     )
     STAGE_RUNNERS[stage.kind](job)
 
