@@ -10,15 +10,16 @@ jsonschema, as on a lent GPU machine):
   finished under results_dir, is not planned. ``write_plan`` / ``read_plan`` carry a plan to another machine.
 - ``run(plan, minutes, jobs)``, on any machine: the jobs whose inputs exist, ``jobs`` at once, each in a process of
   its own (on a GPU they share it). At the deadline a cell checkpoints after its current round and stops
-  (``fed.checkpoint.OutOfTime``), and so does DA-FL's GAN stage, each running client after its current step with
-  its training state kept; the next call resumes them. No job starts after the deadline; any other stage that is
-  running finishes (killed, a tuning or prefix run resumes at its last checkpoint), so leave it slack. Outputs land where the workflow puts them (``<results_dir>/runs/…``,
-  ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables from them, ``fed export-reference`` commits
-  the cells, and a cell's ``machine`` record says where it ran. Campaigns may share a results directory (one per
-  core, plans that overlap): a job runs under an exclusive lock on its output (``.<name>.campaign-lock`` beside it,
-  released by the system if the process dies), and a job another campaign holds is left to it (``elsewhere``). A
-  campaign that dies, however (``kill -9`` too), takes its workers with it (``_die_with_campaign``, ``_in_worker``):
-  none goes on writing a job whose lock died with its campaign, nor waits for work from it.
+  (``fed.checkpoint.OutOfTime``), and so does DA-FL's GAN stage, each running client after its current step with its
+  training state kept; the next call resumes them. No job starts after the deadline; any other stage that is running
+  finishes (killed, a tuning or prefix run resumes at its last checkpoint), so leave it slack. Outputs land where the
+  workflow puts them (``<results_dir>/runs/…``, ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables
+  from them, ``fed export-reference`` commits the cells, and a cell's ``machine`` record says where it ran. Campaigns
+  may share a results directory (one per core, plans that overlap): a job runs under an exclusive lock on its output
+  (``.<name>.campaign-lock`` beside it, released by the system if the process dies), and a job another campaign holds
+  is left to it (``elsewhere``). A campaign that dies, however (``kill -9`` too), takes its workers with it
+  (``_die_with_campaign``, ``_in_worker``): none goes on writing a job whose lock died with its campaign, nor waits
+  for work from it.
 """
 
 from __future__ import annotations
