@@ -166,7 +166,7 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     rebuilds Table 3's FMNIST column without training (issue 42); without the reference it trains all 12 and
     FedProx's four μ at each partition."""
     args = ("--configfile", str(REPO / "config/dafl_fmnist.yaml"))
-    assert job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)["train"] == 4 * 3 + 4 * 3
+    assert job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)["train"] == (4 + 4) * 3
     counts = job_counts(snakemake(tmp_path, "-n", *args).stdout)
     assert "train" not in counts and "stage" not in counts and counts["table"] == 1
     # the width study's cells are committed too (config/dafl_fmnist_width.yaml: FedAvg at half and a quarter width)
