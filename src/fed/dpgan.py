@@ -123,9 +123,8 @@ def epsilon_after(steps: int, q: float, sigma: float, delta: float) -> float:
     from opacus.accountants.analysis.rdp import get_privacy_spent
 
     # compute_rdp(steps) is its one step's RDP times steps: the same product, the one step computed once
-    return get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=_rdp_of_one_step(q, sigma) * steps, delta=delta)[
-        0
-    ]
+    rdp = _rdp_of_one_step(q, sigma) * steps
+    return get_privacy_spent(orders=RDPAccountant.DEFAULT_ALPHAS, rdp=rdp, delta=delta)[0]
 
 
 @functools.cache
