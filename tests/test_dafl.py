@@ -142,42 +142,46 @@ def test_sampling_rate_is_b_over_n_or_opacus_loader_convention():
         assert result.epsilon == pytest.approx(opacus_epsilon(0.5, q, result.steps, 1e-5), abs=1e-9)
 
 
-def test_functorch_per_sample_gradients_train_the_gan_the_hooks_mode_trains(monkeypatch):
-    """Opacus' per-sample gradient modes (PSGSettings.grad_sample_mode) compute the same clipped, noised gradient:
-    in float64 (where only rounding could differ) the same Poisson batches and noise draws give the same generator
-    to 1e-10 after every DP-SGD step of two epochs, with the same steps and ε; only the functorch mode goes through
-    torch.func."""
+@pytest.mark.parametrize("mode", ["functorch", "ghost"])
+def test_every_per_sample_gradient_mode_trains_the_gan_the_hooks_mode_trains(monkeypatch, mode):
+    """The clipping modes (PSGSettings.grad_sample_mode) compute the same clipped, noised gradient: in float64 (where
+    only rounding could differ) the same Poisson batches and noise draws give the same generator to 1e-10 after every
+    DP-SGD step of two epochs, with the same steps and ε; only the mode under test goes through its own code (torch.
+    func, or fed.ghost_clipping)."""
     from opacus.grad_sample import grad_sample_module as gsm
 
-    calls = {"hooks": 0, "functorch": 0}
-    mode = ["hooks"]
-    real = gsm.ft_compute_per_sample_gradient
+    from fed import dpgan
 
-    def counted(*args):
-        calls[mode[0]] += 1
-        return real(*args)
+    calls, running = {"hooks": 0, mode: 0}, ["hooks"]
+    for owner, name in ((gsm, "ft_compute_per_sample_gradient"), (dpgan, "clip_per_sample")):
+        real = getattr(owner, name)
 
-    monkeypatch.setattr(gsm, "ft_compute_per_sample_gradient", counted)
+        def counted(*args, real=real):
+            calls[running[0]] += 1
+            return real(*args)
+
+        monkeypatch.setattr(owner, name, counted)
     x, y = tiny_client()
     before, runs = torch.get_default_dtype(), {}
     torch.set_default_dtype(torch.float64)
     try:
-        for mode[0] in ("hooks", "functorch"):
-            runs[mode[0]] = train_psg(x.double(), y, 3, PSGSettings(**TINY_GAN, grad_sample_mode=mode[0]), seed=0)
+        for running[0] in ("hooks", mode):
+            settings = PSGSettings(**TINY_GAN, grad_sample_mode=running[0])
+            runs[running[0]] = train_psg(x.double(), y, 3, settings, seed=0)
     finally:
         torch.set_default_dtype(before)
-    hooks, functorch = runs["hooks"], runs["functorch"]
-    assert calls["hooks"] == 0 < calls["functorch"]
-    assert (hooks.steps, hooks.epsilon) == (functorch.steps, functorch.epsilon) and hooks.steps == 8
+    hooks, other = runs["hooks"], runs[mode]
+    assert calls["hooks"] == 0 < calls[mode]
+    assert (hooks.steps, hooks.epsilon) == (other.steps, other.epsilon) and hooks.steps == 8
     for k, v in hooks.generator.items():
-        torch.testing.assert_close(functorch.generator[k], v, rtol=1e-10, atol=1e-10, msg=k)
+        torch.testing.assert_close(other.generator[k], v, rtol=1e-10, atol=1e-10, msg=k)
 
 
 def test_psg_settings_validate_their_options_and_parse_epsilon():
     for bad, match in (
         ({"sampling": "poisson"}, "PSG sampling must be 'batch' or 'loader', got 'poisson'"),
         ({"schedule": "steps"}, "PSG schedule must be 'epochs' or 'iterations', got 'steps'"),
-        ({"grad_sample_mode": "ew"}, r"PSG grad_sample_mode must be one of \('hooks', 'functorch'\), got 'ew'"),
+        ({"grad_sample_mode": "ew"}, r"grad_sample_mode must be one of \('hooks', 'functorch', 'ghost'\), got 'ew'"),
         ({"generator_loss": "wgan"}, "PSG generator_loss must be 'saturating' or 'non_saturating', got 'wgan'"),
         ({"epsilon": 0.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(0.0, 1e-05\)"),
         ({"delta": 0.0}, r"PSG needs epsilon > 0 and 0 < delta < 1, got \(50.0, 0.0\)"),
@@ -316,18 +320,20 @@ def test_the_gan_stage_file_holds_generators_and_accounting_never_data(dafl_cell
         assert not any(isinstance(v, torch.Tensor) for k, v in client.items() if k != "generator")
 
 
-def test_the_dp_noise_drawn_on_the_host_is_opacus_own_draw_on_the_cpu(monkeypatch):
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_the_dp_noise_drawn_on_the_host_is_opacus_own_draw_on_the_cpu(monkeypatch, mode):
     """train_psg draws DP-SGD's noise on the CPU on every device (so a GPU stage is the CPU's draw); on the CPU that
-    is Opacus' own DPOptimizer, generator for generator."""
-    from opacus.optimizers import DPOptimizer
+    is Opacus' own DPOptimizer (the one that reads a clipped sum, in the ghost mode), generator for generator."""
+    from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
 
     from fed import dpgan
 
     torch.manual_seed(1)
     x, y = torch.rand(40, 1, 32, 32) * 2 - 1, torch.randint(3, (40,))
-    settings = PSGSettings(**{**TINY_GAN, "noise_multiplier": 1.3})
+    settings = PSGSettings(**{**TINY_GAN, "noise_multiplier": 1.3, "grad_sample_mode": mode})
     ours = train_psg(x, y, 3, settings, seed=4)
-    monkeypatch.setattr(dpgan, "_host_noise_optimizer", lambda: DPOptimizer)
+    opacus = {True: DPOptimizerFastGradientClipping, False: DPOptimizer}
+    monkeypatch.setattr(dpgan, "_host_noise_optimizer", opacus.get)
     theirs = train_psg(x, y, 3, settings, seed=4)
     assert ours.steps == theirs.steps > 1
     for name, tensor in ours.generator.items():

@@ -47,9 +47,11 @@ def test_the_accountant_records_the_epsilon_of_q_b_over_n_below_epsilon0(result)
     assert result.epsilon < EPS0 <= epsilon_after(result.steps + 1, Q, 0.5, 1e-5)  # line 20: the next is revoked
 
 
-def test_the_poisson_mask_keeps_a_sample_iff_its_uniform_is_below_q(monkeypatch):
+@pytest.mark.parametrize(("mode", "passes"), [("ghost", [200, 100]), ("hooks", [100, 100, 100])])
+def test_the_poisson_mask_keeps_a_sample_iff_its_uniform_is_below_q(monkeypatch, mode, passes):
     """Plant the masks' uniforms: 100 samples at u between 1/24 and 16/375 (in at rate q = 16/375, out at 1/24), the
-    rest at 0.9 (never in). Every discriminator batch must then be exactly those 100 samples."""
+    rest at 0.9 (never in). Every discriminator batch must then be exactly those 100 samples: a step's passes are
+    the real and the fake images (one pass of 200 in the ghost mode, two of 100 in Opacus') and the generator's."""
     u = torch.full((N,), 0.9)
     u[:100] = (Q + LOADER_Q) / 2
     rand, batches = torch.rand, []
@@ -61,9 +63,8 @@ def test_the_poisson_mask_keeps_a_sample_iff_its_uniform_is_below_q(monkeypatch)
             return super().forward(x, y)
 
     monkeypatch.setattr(fed.dpgan, "Discriminator", Spied)
-    result = train_psg(*client(), 3, PSGSettings(**SETTINGS), seed=0)
-    assert result.steps == 11 and len(batches) == 3 * 11  # real, fake and the generator's pass each step
-    assert set(batches) == {100}
+    result = train_psg(*client(), 3, PSGSettings(**SETTINGS, grad_sample_mode=mode), seed=0)
+    assert result.steps == 11 and batches == passes * 11
 
 
 def test_a_run_that_would_record_epsilon0_or_more_raises(monkeypatch):

@@ -108,14 +108,15 @@ def algorithm_2(x, y, num_classes, s: PSGSettings, seed, epsilon0):
     return G.state_dict(), kept
 
 
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
 @pytest.mark.parametrize("generator_loss", ["saturating", "non_saturating"])
 @pytest.mark.parametrize("private", [True, False])
-def test_psg_is_algorithm_2(generator_loss, private):
+def test_psg_is_algorithm_2(generator_loss, private, mode):
     with float64():
         g = torch.Generator().manual_seed(1)
         x, y = torch.rand(48, 1, 32, 32, generator=g) * 2 - 1, torch.randint(0, 3, (48,), generator=g)
         s = PSGSettings(batch_size=12, rounds=4, schedule="iterations", width=4, max_grad_norm=6.0,
-                        generator_loss=generator_loss)  # fmt: skip
+                        generator_loss=generator_loss, grad_sample_mode=mode)  # fmt: skip
         q = 12 / 48
         epsilon0 = (opacus_rdp(SIGMA, q, 2) + opacus_rdp(SIGMA, q, 3)) / 2 if private else math.inf
         s = PSGSettings(**{**asdict(s), "epsilon": epsilon0})
@@ -131,13 +132,14 @@ def test_psg_is_algorithm_2(generator_loss, private):
     assert_close(result.generator, expected, "generator after Algorithm 2", rtol=1e-6, atol=1e-9)
 
 
-def test_psg_takes_a_noise_only_step_on_an_empty_poisson_batch():
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_psg_takes_a_noise_only_step_on_an_empty_poisson_batch(mode):
     """q = 1/8 on 8 samples: step 5 of this seed's Poisson masks is empty. Algorithm 2 still takes the step (the
     accountant counts it, D gets N(0, σ²c²I)/B), G is not stepped, and training goes on to step 6."""
     with float64():
         g = torch.Generator().manual_seed(2)
         x, y = torch.rand(8, 1, 32, 32, generator=g) * 2 - 1, torch.randint(0, 3, (8,), generator=g)
-        s = PSGSettings(batch_size=1, rounds=6, schedule="iterations", width=4, epsilon=1e6)
+        s = PSGSettings(batch_size=1, rounds=6, schedule="iterations", width=4, epsilon=1e6, grad_sample_mode=mode)
         masks = torch.Generator().manual_seed(1 + 1)  # the run's Poisson stream: seed + 1
         assert [int((torch.rand(8, generator=masks) < 1 / 8).sum()) for _ in range(6)] == [2, 1, 1, 2, 0, 1]
         log = io.StringIO()

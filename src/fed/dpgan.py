@@ -38,12 +38,13 @@ import torch.nn.functional as F
 
 from fed import checkpoint, identity
 from fed.checkpoint import OutOfTime
+from fed.ghost_clipping import clip_per_sample, recording
 from fed.models.cgan import Discriminator, Generator
 
 # Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
 # module_utils), which would double every log line of the Snakemake process that reads the method registry.
 
-GRAD_SAMPLE_MODES = ("hooks", "functorch")
+GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost")
 GAN_SIZE = 32  # the CGAN's image side (Sec. 4.1); 28×28 data are resized to it and back
 OUT_OF_TIME = 75  # a client process's exit status when it stopped at ``stop_at`` (EX_TEMPFAIL)
 STATE_EVERY = 50  # PSG steps between a client's kept training states (≈ 4 min on one CPU thread at paper scale)
@@ -67,11 +68,11 @@ class PSGSettings:
     beta2: float = 0.999
     width: int = 64  # channel unit of both networks (Fig. 3's widths are not in the text)
     generator_loss: str = "saturating"  # Algorithm 2 line 14: minimise log(1 − D(G(z))); "non_saturating": −log D(G(z))
-    # how Opacus computes the discriminator's per-sample gradients: "hooks" (its default) or "functorch" (torch.func
-    # per layer); the same clipped, noised gradient to rounding (tests/test_dafl.py), the fastest depends on the device
-    # (benchmarks/dp_modes.py). Expanded weights reject D's label input; ghost clipping cannot sum a sample's real and
-    # fake passes before clipping
-    grad_sample_mode: str = "hooks"
+    # how the discriminator's per-sample gradients are clipped: "ghost" (fed.ghost_clipping) computes their norms
+    # without them (1.70x hooks on a CPU); Opacus' "hooks" or "functorch" (torch.func per layer) materialise them.
+    # The same clipped, noised gradient to rounding (tests/test_dafl.py; benchmarks/dp_modes.py times them). Opacus'
+    # expanded weights reject D's label input, and its ghost clipping clips a sample's real and fake passes apart
+    grad_sample_mode: str = "ghost"
 
     def __post_init__(self):
         if self.sampling not in ("batch", "loader"):
@@ -179,14 +180,15 @@ class PSGResult:
         return asdict(self)
 
 
-def _host_noise_optimizer():
+def _host_noise_optimizer(ghost: bool):
     """Opacus' DPOptimizer with its Gaussian noise drawn on the CPU and moved to the parameter's device: Opacus draws
     it on the device, from a generator of that device, which would make a GPU stage another draw than the CPU's.
-    On the CPU the same call as Opacus' (``_generate_noise``, not in secure mode), so the same numbers."""
-    from opacus.optimizers import DPOptimizer
+    On the CPU the same call as Opacus' (``_generate_noise``, not in secure mode), so the same numbers. ``ghost``:
+    the optimiser that reads an already clipped sum from ``.grad`` (fed.ghost_clipping) instead of clipping."""
+    from opacus.optimizers import DPOptimizer, DPOptimizerFastGradientClipping
     from opacus.optimizers.optimizer import _check_processed_flag, _mark_as_processed
 
-    class HostNoiseDPOptimizer(DPOptimizer):
+    class HostNoiseDPOptimizer(DPOptimizerFastGradientClipping if ghost else DPOptimizer):
         def add_noise(self):
             std = self.noise_multiplier * self.max_grad_norm
             for p in self.params:
@@ -232,7 +234,7 @@ def train_psg(
 
         reproducible_cuda()
     G = Generator(num_classes, channels, settings.noise_dim, settings.width).to(device)
-    D = Discriminator(num_classes, channels, settings.width).to(device)
+    D = net = Discriminator(num_classes, channels, settings.width).to(device)
     x, y = x.to(device), y.to(device)
     ModuleValidator.validate(D, strict=True)
     opt_g = torch.optim.Adam(G.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
@@ -243,10 +245,11 @@ def train_psg(
     sigma = settings.noise_multiplier if settings.private else 0.0
     # what PrivacyEngine.make_private assembles, at the rate q (make_private fixes q = 1/len(loader)); the
     # Poisson masks are drawn in the loop (line 4)
-    # per-sample gradients, accumulated over the real and the fake forward pass
-    D = GradSampleModule(D, force_functorch=settings.grad_sample_mode == "functorch")
-    D.forbid_grad_accumulation()
-    opt_d = _host_noise_optimizer()(
+    ghost = settings.grad_sample_mode == "ghost"
+    if not ghost:  # per-sample gradients, accumulated over the real and the fake forward pass
+        D = GradSampleModule(D, force_functorch=settings.grad_sample_mode == "functorch")
+        D.forbid_grad_accumulation()
+    opt_d = _host_noise_optimizer(ghost)(
         opt_d,
         noise_multiplier=sigma,
         max_grad_norm=settings.max_grad_norm,
@@ -267,7 +270,7 @@ def train_psg(
     def keep(step: int) -> None:  # everything step ``step + 1`` reads
         state = {"key": key, "step": step, "seconds": earlier + time.perf_counter() - started, "G": G.state_dict()}
         state |= {
-            "D": D._module.state_dict(),
+            "D": net.state_dict(),
             "opt_g": opt_g.state_dict(),
             "opt_d": opt_d.original_optimizer.state_dict(),
         }
@@ -278,7 +281,7 @@ def train_psg(
     kept = checkpoint.load(state_path, device, lambda msg: print(msg, file=progress)) if state_path else None
     if kept is not None and kept["key"] == key:
         G.load_state_dict(kept["G"])
-        D._module.load_state_dict(kept["D"])
+        net.load_state_dict(kept["D"])
         opt_g.load_state_dict(kept["opt_g"])
         opt_d.original_optimizer.load_state_dict(kept["opt_d"])
         accountant.history = list(kept["history"])
@@ -296,21 +299,32 @@ def train_psg(
         idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1).to(device)  # line 4: Poisson, each w.p. q
         opt_d.zero_grad(set_to_none=True)
         if not len(idx):  # an empty Poisson batch is a step too: the noise alone
-            for p in D.parameters():
-                p.grad_sample = p.new_zeros((0, *p.shape))
+            for p in net.parameters():
+                if ghost:
+                    p.grad = torch.zeros_like(p)
+                else:
+                    p.grad_sample = p.new_zeros((0, *p.shape))
             opt_d.step()
             continue
         xb, yb = x[idx], y[idx]
         x_fake = G(torch.randn(len(idx), settings.noise_dim, generator=z_gen).to(device), yb)  # lines 3, 6
         target = {v: torch.full((len(yb),), v, device=device) for v in (real, fake)}
         # discriminator: one DP-SGD step on −ℓ_i (real and fake of index i are one sample), lines 7-12
-        loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), target[real]) + (
-            F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), target[fake])
-        )
-        loss_d.backward()
+        if ghost:  # rows i and n + i of one pass: sample i's real and fake
+            with recording(net) as records:
+                logits = net(torch.cat([xb, x_fake.detach()]), torch.cat([yb, yb]))
+            rows = F.binary_cross_entropy_with_logits(logits, torch.cat([target[real], target[fake]]), reduction="none")
+            clip_per_sample(records, rows, len(yb), settings.max_grad_norm)
+            loss_d = rows.detach().view(2, -1).mean(1).sum()
+        else:
+            loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), target[real]) + (
+                F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), target[fake])
+            )
+            loss_d.backward()
         opt_d.step()
         # generator: through the updated discriminator, without per-sample gradients (post-processing), lines 13-18
-        D.disable_hooks()
+        if not ghost:
+            D.disable_hooks()
         D.requires_grad_(False)
         opt_g.zero_grad(set_to_none=True)
         logits = D(x_fake, yb)
@@ -321,7 +335,8 @@ def train_psg(
         loss_g.backward()
         opt_g.step()
         D.requires_grad_(True)
-        D.enable_hooks()
+        if not ghost:
+            D.enable_hooks()
         if progress is not None and (t % 50 == 0 or t == budget):
             losses = f"loss_d {loss_d.item():.3f} loss_g {loss_g.item():.3f}"
             print(f"  PSG step {t}/{budget} {losses}", file=progress, flush=True)

@@ -1,0 +1,95 @@
+"""fed.ghost_clipping: DP-SGD's per-sample clipping of a sample made of several rows, without per-sample gradients."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from fed.ghost_clipping import clip_per_sample, recording
+from fed.models.cgan import Discriminator
+
+
+@pytest.fixture(autouse=True)
+def _float64():
+    before = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(before)
+
+
+def clipped_by_hand(model, x, y, target, n, max_grad_norm):
+    """The rule written out: sample i's gradient is that of its rows i and n + i together (one backward each),
+    c_i = min(1, C / (‖g_i‖ + 1e-6)), the result Σ_i c_i g_i."""
+    grads = []
+    for i in range(n):
+        model.zero_grad()
+        rows = [i, n + i]
+        F.binary_cross_entropy_with_logits(model(x[rows], y[rows]), target[rows], reduction="sum").backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    norms = torch.stack([sum(g.square().sum() for g in sample).sqrt() for sample in grads])
+    factor = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+    return norms, [sum(factor[i] * grads[i][k] for i in range(n)) for k in range(len(grads[0]))]
+
+
+@pytest.mark.parametrize("ghost", [None, True, False])
+def test_a_samples_real_and_fake_rows_are_clipped_together(ghost):
+    """DA-FL's discriminator (convolutions, instance norms, a label embedding): norms and clipped sum equal the
+    per-sample rule, whichever way each convolution's norm is computed (ghost, direct, or the cheaper one per layer);
+    C is the median norm, so some samples are clipped and others not, and one sample's rows carry different labels
+    (its embedding rows then do not add)."""
+    torch.manual_seed(0)
+    model, n = Discriminator(num_classes=3, channels=1, width=4), 5
+    x, y = torch.randn(2 * n, 1, 32, 32), torch.randint(0, 3, (2 * n,))
+    y[n:] = y[:n]
+    y[n + 1] = (y[1] + 1) % 3
+    target = torch.cat([torch.ones(n), torch.zeros(n)])
+    norms, _ = clipped_by_hand(model, x, y, target, n, 1.0)
+    max_grad_norm = norms.median().item()
+    norms, want = clipped_by_hand(model, x, y, target, n, max_grad_norm)
+    assert 0 < (norms > max_grad_norm).sum() < n
+    model.zero_grad()
+    with recording(model) as records:
+        logits = model(x, y)
+    rows = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    got = clip_per_sample(records, rows, n, max_grad_norm, ghost)
+    torch.testing.assert_close(got, norms, rtol=1e-12, atol=1e-12)
+    for p, w in zip(model.parameters(), want, strict=True):
+        torch.testing.assert_close(p.grad, w, rtol=1e-12, atol=1e-12)
+
+
+class Lookup(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(3, 2)
+
+    def forward(self, index, weight):
+        return (self.embed(index) * weight).sum(1)
+
+
+@pytest.mark.parametrize(("rows", "norm"), [((0, 0), 10.0), ((0, 2), 50**0.5)])
+def test_a_samples_embedding_rows_add_where_they_pick_the_same_row(rows, norm):
+    """Hand-computed: a sample of two rows whose loss gradients at the embedding are (3, 4) each has gradient
+    (6, 8) at one row (norm 10) if both pick it, and (3, 4) at two rows (norm √50) if not; C = 5 scales the sum by
+    5 / norm."""
+    model = Lookup()
+    index, weight = torch.tensor(rows), torch.tensor([[3.0, 4.0], [3.0, 4.0]])
+    with recording(model) as records:
+        out = model(index, weight)
+    got = clip_per_sample(records, out, 1, 5.0)
+    assert got.item() == pytest.approx(norm)
+    want = torch.zeros(3, 2).index_add_(0, index, weight) * 5 / (norm + 1e-6)
+    torch.testing.assert_close(model.embed.weight.grad, want)
+
+
+@pytest.mark.parametrize(
+    "layer",
+    [
+        nn.Linear(2, 2),
+        nn.BatchNorm2d(2),
+        nn.Conv2d(2, 2, 3, groups=2),
+        nn.InstanceNorm2d(2, affine=True, track_running_stats=True),
+    ],
+)
+def test_a_layer_it_cannot_clip_exactly_is_an_error(layer):
+    with pytest.raises(ValueError, match="ghost clipping covers Conv2d"), recording(nn.Sequential(layer)):
+        pass
