@@ -94,9 +94,9 @@ def _clipped_sum(m: nn.Module, x: torch.Tensor, b: torch.Tensor) -> None:
     elif isinstance(m, nn.InstanceNorm2d):
         m.weight.grad = (b * F.instance_norm(x, eps=m.eps)).sum((0, 2, 3))
         m.bias.grad = b.sum((0, 2, 3))
-    else:
-        grad = torch.zeros_like(m.weight)
-        m.weight.grad = grad.index_add_(0, x.reshape(-1), b.reshape(-1, b.shape[-1]))
+    else:  # a product with the one-hot rows, not index_add_: deterministic on a GPU too
+        picked = F.one_hot(x.reshape(-1), m.num_embeddings).to(b.dtype)
+        m.weight.grad = picked.T @ b.reshape(-1, b.shape[-1])
 
 
 def clip_per_sample(
