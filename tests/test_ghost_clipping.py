@@ -87,9 +87,88 @@ def test_a_samples_embedding_rows_add_where_they_pick_the_same_row(rows, norm):
         nn.Linear(2, 2),
         nn.BatchNorm2d(2),
         nn.Conv2d(2, 2, 3, groups=2),
+        nn.Conv2d(2, 2, 3, padding="same"),
+        nn.Conv2d(2, 2, 3, padding=1, padding_mode="reflect"),
         nn.InstanceNorm2d(2, affine=True, track_running_stats=True),
+        nn.Embedding(3, 2, padding_idx=0),
+        nn.Embedding(3, 2, max_norm=1.0),
+        nn.Embedding(3, 2, scale_grad_by_freq=True),
+        nn.Embedding(3, 2, sparse=True),
     ],
 )
 def test_a_layer_it_cannot_clip_exactly_is_an_error(layer):
     with pytest.raises(ValueError, match="ghost clipping covers Conv2d"), recording(nn.Sequential(layer)):
         pass
+
+
+class Mixed(nn.Module):
+    """What the discriminator does not exercise: an embedding of index pairs, convolutions without bias (one dilated;
+    the other not before a norm, which would zero a bias's gradient), an instance norm of eps 0.01 (the functional
+    default is 1e-5)."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(4, 8)
+        self.conv = nn.Conv2d(2, 3, 3, stride=2, padding=1, dilation=2, bias=False)
+        self.norm = nn.InstanceNorm2d(3, affine=True, eps=0.01)
+        self.head = nn.Conv2d(3, 1, 2, bias=False)
+
+    def forward(self, x, index):
+        plane = F.interpolate(self.embed(index).reshape(len(x), 1, 4, 4), size=8)
+        h = F.leaky_relu(self.norm(self.conv(torch.cat([x, plane], 1))), 0.2)
+        return self.head(h).sum((1, 2, 3))
+
+
+@pytest.mark.parametrize("ghost", [None, True, False])
+def test_three_rows_a_sample_through_other_layers(ghost):
+    """Samples of three rows each (rows i, n + i, 2n + i): the per-sample rule, by hand, for the layers' other
+    options; the first sample's rows pick the same embedding rows, the others' do not."""
+    torch.manual_seed(1)
+    model, n = Mixed(), 4
+    x, index = torch.randn(3 * n, 1, 8, 8), torch.randint(0, 4, (3 * n, 2))
+    index[n] = index[2 * n] = index[0]
+    target = torch.rand(3 * n)
+    grads = []
+    for i in range(n):
+        model.zero_grad()
+        rows = [i, n + i, 2 * n + i]
+        F.binary_cross_entropy_with_logits(model(x[rows], index[rows]), target[rows], reduction="sum").backward()
+        grads.append([p.grad.clone() for p in model.parameters()])
+    norms = torch.stack([sum(g.square().sum() for g in sample).sqrt() for sample in grads])
+    max_grad_norm = norms.median().item()
+    factor = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
+    model.zero_grad()
+    with recording(model) as records:
+        logits = model(x, index)
+    rows = F.binary_cross_entropy_with_logits(logits, target, reduction="none")
+    torch.testing.assert_close(clip_per_sample(records, rows, n, max_grad_norm, ghost), norms, rtol=1e-12, atol=1e-12)
+    for k, p in enumerate(model.parameters()):
+        want = sum(factor[i] * grads[i][k] for i in range(n))
+        torch.testing.assert_close(p.grad, want, rtol=1e-12, atol=1e-12)
+
+
+def test_each_convolution_takes_the_cheaper_norm_and_a_forced_choice_is_obeyed(monkeypatch):
+    """Hand-computed for DA-FL's discriminator at width 64 (real and fake: 2 parts): conv1 (16×16 positions, 2·16
+    inputs, 64 outputs): 2·512² = 524,288 Gram entries against 2,048, the gradient; conv2 (8×8, 64·16, 128): 32,768
+    against 131,072, ghost; conv3 (4×4, 128·16, 256): 2,048 against 524,288, ghost; conv4 (1, 256·16, 1): 8 against
+    4,096, ghost. ``ghost=True/False`` never asks; None asks with each layer's sizes."""
+    from fed import ghost_clipping
+
+    assert [ghost_clipping.ghost_is_cheaper(2, t, d, c) for t, d, c in [(256, 32, 64), (64, 1024, 128)]] == [
+        False,
+        True,
+    ]
+    assert [ghost_clipping.ghost_is_cheaper(2, t, d, c) for t, d, c in [(16, 2048, 256), (1, 4096, 1)]] == [True, True]
+    assert ghost_clipping.ghost_is_cheaper(1, 4, 4, 8) is False  # 2 · 16 = 32 entries against 32: not fewer
+    assert ghost_clipping.ghost_is_cheaper(1, 4, 5, 8) is True  # 32 against 40
+    asked = []
+    real = ghost_clipping.ghost_is_cheaper
+    monkeypatch.setattr(ghost_clipping, "ghost_is_cheaper", lambda *a: asked.append(a) or real(*a))
+    model, n = Discriminator(num_classes=3, channels=1, width=4), 2
+    layers = [(2, 256, 2 * 16, 4), (2, 64, 4 * 16, 8), (2, 16, 8 * 16, 16), (2, 1, 16 * 16, 1)]  # width 4
+    for ghost, wanted in ((True, []), (False, []), (None, layers)):
+        asked.clear()
+        with recording(model) as records:
+            logits = model(torch.randn(2 * n, 1, 32, 32), torch.tensor([0, 1, 0, 1]))
+        clip_per_sample(records, logits, n, 1.0, ghost)
+        assert asked == wanted

@@ -62,13 +62,20 @@ def _parts(t: torch.Tensor, n: int) -> torch.Tensor:
     return t.view(len(t) // n, n, *t.shape[1:])
 
 
+def ghost_is_cheaper(parts: int, positions: int, inputs: int, outputs: int) -> bool:
+    """Whether a convolution's ghost norm, two Gram matrices over a sample's parts · positions positions, has fewer
+    entries than its per-sample weight gradient (inputs = C_in · kernel area, outputs = C_out): mixed ghost
+    clipping's per-layer choice."""
+    return 2 * (parts * positions) ** 2 < inputs * outputs
+
+
 def _squared_norm(m: nn.Module, x: torch.Tensor, b: torch.Tensor, n: int, ghost: bool | None) -> torch.Tensor:
     """‖g_i‖² of the layer's parameters for each of the n samples (input ``x``, output gradient ``b``, by rows)."""
     if isinstance(m, nn.Conv2d):
         a = _parts(F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride), n)  # (k, n, C_in·kernel, positions)
         g = _parts(b.flatten(2), n)  # (k, n, C_out, positions)
         norm = g.sum((0, 3)).square().sum(1) if m.bias is not None else 0
-        if ghost if ghost is not None else (len(a) * a.shape[3]) ** 2 < a.shape[2] * g.shape[2]:
+        if ghost_is_cheaper(len(a), a.shape[3], a.shape[2], g.shape[2]) if ghost is None else ghost:
             pairs = [(j, j2) for j in range(len(a)) for j2 in range(j, len(a))]  # a sample's parts, pair by pair
             return norm + sum(
                 (1 if j == j2 else 2) * ((a[j].mT @ a[j2]) * (g[j].mT @ g[j2])).sum((1, 2)) for j, j2 in pairs
