@@ -126,7 +126,8 @@ def test_the_leakage_audit_runs_on_the_gpu_as_on_the_cpu(name, synthetic_root, p
     assert gpu.get("raw_samples", {}).get("leakage", 1.0) == 1.0
 
 
-def test_a_dp_cgan_on_the_gpu_is_the_cpu_s_draw():
+@pytest.mark.parametrize("mode", ["ghost", "hooks"])
+def test_a_dp_cgan_on_the_gpu_is_the_cpu_s_draw(mode):
     """DA-FL's PSG takes every random draw on the CPU (fed.dpgan.train_psg), DP-SGD's noise included: on CUDA it
     takes the same steps, spends the same ε and ends at the CPU's generator up to kernel rounding. In float64: Adam
     divides each gradient by its own size, so in float32 a rounding-size change anywhere moves the generator by
@@ -136,7 +137,7 @@ def test_a_dp_cgan_on_the_gpu_is_the_cpu_s_draw():
 
     torch.manual_seed(1)
     x, y = torch.rand(64, 1, 32, 32, dtype=torch.float64) * 2 - 1, torch.randint(3, (64,))
-    settings = PSGSettings(rounds=2, batch_size=16, width=4)
+    settings = PSGSettings(rounds=2, batch_size=16, width=4, grad_sample_mode=mode)
     default = torch.get_default_dtype()
     torch.set_default_dtype(torch.float64)  # the GAN's weights and every draw in float64
     try:
