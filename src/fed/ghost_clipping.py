@@ -2,12 +2,13 @@
 
 DA-FL's discriminator clips, for each index i of a Poisson batch, the gradient of its real and its fake image
 together (Algorithm 2, lines 7-12). Opacus' hooks mode does it by materialising every row's gradient (≈ 60 % of a
-step on a CPU); its ghost clipping clips each row alone and covers no convolution. Here, mixed ghost clipping (Bu et
-al., "Scalable and Efficient Training of Large Convolutional Neural Networks with Differential Privacy",
-arXiv:2205.10683): a convolution's per-sample weight gradient is Σ_t b_t a_tᵀ over positions t (``a`` its unfolded
-input, ``b`` its output gradient), whose squared norm is Σ_{t,t'} (a_t·a_t')(b_t·b_t'); a sample's rows are just
-more positions. Each layer takes the cheaper of that and the gradient itself. The clipped sum Σ_i c_i g_i is then one
-weight gradient of the whole batch with each row's output gradient scaled by its sample's c_i.
+step on a CPU); its ghost clipping (1.6) clips each row alone and still materialises a convolution's per-row
+gradients (it has ghost norms for Linear and Embedding only). Here, mixed ghost clipping (Bu et al., "Scalable and
+Efficient Training of Large Convolutional Neural Networks with Differential Privacy", arXiv:2205.10683): a
+convolution's per-sample weight gradient is Σ_t b_t a_tᵀ over positions t (``a`` its unfolded input, ``b`` its
+output gradient), whose squared norm is Σ_{t,t'} (a_t·a_t')(b_t·b_t'); a sample's rows are just more positions.
+Each layer takes the cheaper of that and the gradient itself. The clipped sum Σ_i c_i g_i is then one weight
+gradient of the whole batch with each row's output gradient scaled by its sample's c_i.
 
 The clip factor is Opacus' (``DPOptimizer.clip_and_accumulate``: c_i = min(1, C / (‖g_i‖ + 1e-6))); the noise, the
 scaling and the accountant stay Opacus' (``DPOptimizerFastGradientClipping`` reads the clipped sum from ``.grad``).
