@@ -1,6 +1,7 @@
-"""Seconds per DP-SGD step of DA-FL's conditional GAN (``fed.dpgan.train_psg``) for each of Opacus' per-sample
-gradient modes it can use (``PSGSettings.grad_sample_mode``), at Table 2's settings (width 64, Poisson batches of
-256, σ = 0.5, c = 2) on one client of 5,400 random images, alternating the modes in one process:
+"""Seconds per DP-SGD step of DA-FL's conditional GAN (``fed.dpgan.train_psg``) for each way it can clip per-sample
+gradients (``PSGSettings.grad_sample_mode``: ``fed.ghost_clipping``, Opacus' hooks, functorch), at Table 2's
+settings (width 64, Poisson batches of 256, σ = 0.5, c = 2) on one client of 5,400 random images, alternating the
+modes in one process:
 
     python benchmarks/dp_modes.py [--steps 5] [--repeats 2] [--threads 1] [--device cpu|cuda]
 
