@@ -158,10 +158,14 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
             return real_claim(out)
 
         monkeypatch.setattr(campaign, "_claim", claim)
-        outcome = campaign.run({"version": campaign.PLAN_VERSION, "jobs": jobs}, minutes=5, jobs=1, work=finish)
+        log = io.StringIO()
+        plan = {"version": campaign.PLAN_VERSION, "jobs": jobs}
+        outcome = campaign.run(plan, minutes=5, jobs=1, work=finish, log=log)
     finally:
         holder.communicate("")
     assert outcome["elsewhere"] == ["held"] and outcome["waiting"] == ["after_held"]
+    last = log.getvalue().splitlines()[-1]  # the four jobs, each counted once
+    assert last.endswith("2/4 done] stopped: 2 done, 0 checkpointed, 0 failed, 1 elsewhere, 1 waiting"), last
     assert sorted(outcome["done"]) == ["free", "gone"] and not Path("runs/held/metrics.json").exists()
     assert Path("runs/free/metrics.json").read_text() == "ran here"
     assert Path("runs/gone/metrics.json").read_text() == "ok"  # the other campaign's: not run again

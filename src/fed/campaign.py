@@ -287,6 +287,7 @@ def run(
         for out, claim in claims.items():
             _release(out, claim)
     outcome["waiting"] += [j["label"] for j in pending]
+    pending.clear()  # counted as waiting now, not twice in the last line's total
     say(
         f"stopped: {len(outcome['done'])} done, {len(outcome['checkpointed'])} checkpointed, "
         f"{len(outcome['failed'])} failed, {len(outcome['elsewhere'])} elsewhere, {len(outcome['waiting'])} waiting"
