@@ -29,6 +29,7 @@ import sys
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -203,6 +204,71 @@ def _host_noise_optimizer(ghost: bool):
     return HostNoiseDPOptimizer
 
 
+class _OpacusClipping:
+    """The discriminator's clipped gradient from per-row gradients: Opacus' hooks or functorch accumulate a sample's
+    real and fake passes before its DPOptimizer clips."""
+
+    ghost = False
+
+    def __init__(self, D: torch.nn.Module, functorch: bool):
+        from opacus import GradSampleModule
+
+        self.D = GradSampleModule(D, force_functorch=functorch)
+        self.D.forbid_grad_accumulation()
+
+    def no_rows(self) -> None:  # an empty Poisson batch: nothing to clip
+        for p in self.D.parameters():
+            p.grad_sample = p.new_zeros((0, *p.shape))
+
+    def backward(self, x_real, x_fake, y, real, fake, max_grad_norm: float) -> torch.Tensor:
+        """Per-row gradients of ℓ for the optimiser, which clips them at ``max_grad_norm`` itself; returns ℓ."""
+        loss = F.binary_cross_entropy_with_logits(self.D(x_real, y), real)
+        loss = loss + F.binary_cross_entropy_with_logits(self.D(x_fake, y), fake)
+        loss.backward()
+        return loss
+
+    @contextmanager
+    def frozen(self):
+        """D for the generator's step: no gradients of its own, no per-row hooks (post-processing)."""
+        self.D.disable_hooks()
+        self.D.requires_grad_(False)
+        try:
+            yield self.D
+        finally:
+            self.D.requires_grad_(True)
+            self.D.enable_hooks()
+
+
+class _GhostClipping:
+    """The discriminator's clipped gradient from fed.ghost_clipping: sample i's real and fake are rows i and n + i
+    of one pass; its DPOptimizer reads the clipped sum from ``.grad``."""
+
+    ghost = True
+
+    def __init__(self, D: torch.nn.Module):
+        self.D = D
+
+    def no_rows(self) -> None:
+        for p in self.D.parameters():
+            p.grad = torch.zeros_like(p)
+
+    def backward(self, x_real, x_fake, y, real, fake, max_grad_norm: float) -> torch.Tensor:
+        """Σ_i c_i g_i in ``.grad``; returns ℓ."""
+        with recording(self.D) as records:
+            logits = self.D(torch.cat([x_real, x_fake]), torch.cat([y, y]))
+        rows = F.binary_cross_entropy_with_logits(logits, torch.cat([real, fake]), reduction="none")
+        clip_per_sample(records, rows, len(y), max_grad_norm)
+        return rows.detach().view(2, -1).mean(1).sum()
+
+    @contextmanager
+    def frozen(self):
+        self.D.requires_grad_(False)
+        try:
+            yield self.D
+        finally:
+            self.D.requires_grad_(True)
+
+
 def train_psg(
     x: torch.Tensor,
     y: torch.Tensor,
@@ -222,7 +288,6 @@ def train_psg(
     every random stream) is kept every ``STATE_EVERY`` steps and resumed from, by a run of the same settings, seed,
     data, code and device kind: a resumed client takes the steps an uninterrupted one takes. Past ``stop_at`` (a
     ``time.time()``) it keeps its state after the current step and raises ``OutOfTime``."""
-    from opacus import GradSampleModule
     from opacus.accountants import RDPAccountant
     from opacus.validators import ModuleValidator
 
@@ -234,7 +299,7 @@ def train_psg(
 
         reproducible_cuda()
     G = Generator(num_classes, channels, settings.noise_dim, settings.width).to(device)
-    D = net = Discriminator(num_classes, channels, settings.width).to(device)
+    D = Discriminator(num_classes, channels, settings.width).to(device)
     x, y = x.to(device), y.to(device)
     ModuleValidator.validate(D, strict=True)
     opt_g = torch.optim.Adam(G.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
@@ -245,11 +310,9 @@ def train_psg(
     sigma = settings.noise_multiplier if settings.private else 0.0
     # what PrivacyEngine.make_private assembles, at the rate q (make_private fixes q = 1/len(loader)); the
     # Poisson masks are drawn in the loop (line 4)
-    ghost = settings.grad_sample_mode == "ghost"
-    if not ghost:  # per-sample gradients, accumulated over the real and the fake forward pass
-        D = GradSampleModule(D, force_functorch=settings.grad_sample_mode == "functorch")
-        D.forbid_grad_accumulation()
-    opt_d = _host_noise_optimizer(ghost)(
+    mode = settings.grad_sample_mode
+    clipping = _GhostClipping(D) if mode == "ghost" else _OpacusClipping(D, functorch=mode == "functorch")
+    opt_d = _host_noise_optimizer(clipping.ghost)(
         opt_d,
         noise_multiplier=sigma,
         max_grad_norm=settings.max_grad_norm,
@@ -270,7 +333,7 @@ def train_psg(
     def keep(step: int) -> None:  # everything step ``step + 1`` reads
         state = {"key": key, "step": step, "seconds": earlier + time.perf_counter() - started, "G": G.state_dict()}
         state |= {
-            "D": net.state_dict(),
+            "D": D.state_dict(),
             "opt_g": opt_g.state_dict(),
             "opt_d": opt_d.original_optimizer.state_dict(),
         }
@@ -281,7 +344,7 @@ def train_psg(
     kept = checkpoint.load(state_path, device, lambda msg: print(msg, file=progress)) if state_path else None
     if kept is not None and kept["key"] == key:
         G.load_state_dict(kept["G"])
-        net.load_state_dict(kept["D"])
+        D.load_state_dict(kept["D"])
         opt_g.load_state_dict(kept["opt_g"])
         opt_d.original_optimizer.load_state_dict(kept["opt_d"])
         accountant.history = list(kept["history"])
@@ -299,44 +362,25 @@ def train_psg(
         idx = (torch.rand(n, generator=masks) < q).nonzero().reshape(-1).to(device)  # line 4: Poisson, each w.p. q
         opt_d.zero_grad(set_to_none=True)
         if not len(idx):  # an empty Poisson batch is a step too: the noise alone
-            for p in net.parameters():
-                if ghost:
-                    p.grad = torch.zeros_like(p)
-                else:
-                    p.grad_sample = p.new_zeros((0, *p.shape))
+            clipping.no_rows()
             opt_d.step()
             continue
         xb, yb = x[idx], y[idx]
         x_fake = G(torch.randn(len(idx), settings.noise_dim, generator=z_gen).to(device), yb)  # lines 3, 6
         target = {v: torch.full((len(yb),), v, device=device) for v in (real, fake)}
         # discriminator: one DP-SGD step on −ℓ_i (real and fake of index i are one sample), lines 7-12
-        if ghost:  # rows i and n + i of one pass: sample i's real and fake
-            with recording(net) as records:
-                logits = net(torch.cat([xb, x_fake.detach()]), torch.cat([yb, yb]))
-            rows = F.binary_cross_entropy_with_logits(logits, torch.cat([target[real], target[fake]]), reduction="none")
-            clip_per_sample(records, rows, len(yb), settings.max_grad_norm)
-            loss_d = rows.detach().view(2, -1).mean(1).sum()
-        else:
-            loss_d = F.binary_cross_entropy_with_logits(D(xb, yb), target[real]) + (
-                F.binary_cross_entropy_with_logits(D(x_fake.detach(), yb), target[fake])
-            )
-            loss_d.backward()
+        loss_d = clipping.backward(xb, x_fake.detach(), yb, target[real], target[fake], settings.max_grad_norm)
         opt_d.step()
         # generator: through the updated discriminator, without per-sample gradients (post-processing), lines 13-18
-        if not ghost:
-            D.disable_hooks()
-        D.requires_grad_(False)
         opt_g.zero_grad(set_to_none=True)
-        logits = D(x_fake, yb)
-        if settings.generator_loss == "saturating":  # log(1 − D) = −BCE(·, fake)
-            loss_g = -F.binary_cross_entropy_with_logits(logits, target[fake])
-        else:
-            loss_g = F.binary_cross_entropy_with_logits(logits, target[real])
-        loss_g.backward()
+        with clipping.frozen() as frozen_D:
+            logits = frozen_D(x_fake, yb)
+            if settings.generator_loss == "saturating":  # log(1 − D) = −BCE(·, fake)
+                loss_g = -F.binary_cross_entropy_with_logits(logits, target[fake])
+            else:
+                loss_g = F.binary_cross_entropy_with_logits(logits, target[real])
+            loss_g.backward()
         opt_g.step()
-        D.requires_grad_(True)
-        if not ghost:
-            D.enable_hooks()
         if progress is not None and (t % 50 == 0 or t == budget):
             losses = f"loss_d {loss_d.item():.3f} loss_g {loss_g.item():.3f}"
             print(f"  PSG step {t}/{budget} {losses}", file=progress, flush=True)

@@ -70,8 +70,14 @@ def ghost_is_cheaper(parts: int, positions: int, inputs: int, outputs: int) -> b
     return 2 * (parts * positions) ** 2 < inputs * outputs
 
 
+def _layer_input(m: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """What the layer's weight multiplies: an instance norm's normalised input, any other layer's input."""
+    return F.instance_norm(x, eps=m.eps) if isinstance(m, nn.InstanceNorm2d) else x
+
+
 def _squared_norm(m: nn.Module, x: torch.Tensor, b: torch.Tensor, n: int, ghost: bool | None) -> torch.Tensor:
-    """‖g_i‖² of the layer's parameters for each of the n samples (input ``x``, output gradient ``b``, by rows)."""
+    """‖g_i‖² of the layer's parameters for each of the n samples (``x``: its ``_layer_input``, ``b``: its output
+    gradient, by rows)."""
     if isinstance(m, nn.Conv2d):
         a = _parts(F.unfold(x, m.kernel_size, m.dilation, m.padding, m.stride), n)  # (k, n, C_in·kernel, positions)
         g = _parts(b.flatten(2), n)  # (k, n, C_out, positions)
@@ -83,7 +89,7 @@ def _squared_norm(m: nn.Module, x: torch.Tensor, b: torch.Tensor, n: int, ghost:
             )
         return norm + sum(g[j] @ a[j].mT for j in range(len(a))).square().sum((1, 2))
     if isinstance(m, nn.InstanceNorm2d):
-        weight, bias = (b * F.instance_norm(x, eps=m.eps)).sum((2, 3)), b.sum((2, 3))
+        weight, bias = (b * x).sum((2, 3)), b.sum((2, 3))
         return _parts(weight, n).sum(0).square().sum(1) + _parts(bias, n).sum(0).square().sum(1)
     # Embedding: a row's gradient is b at the row of the weight its index picks; a sample's parts add where they
     # pick the same row
@@ -94,13 +100,14 @@ def _squared_norm(m: nn.Module, x: torch.Tensor, b: torch.Tensor, n: int, ghost:
 
 
 def _clipped_sum(m: nn.Module, x: torch.Tensor, b: torch.Tensor) -> None:
-    """Set the layer's ``.grad`` to Σ_rows of its gradient with output gradient ``b`` (already scaled by c_i)."""
+    """Set the layer's ``.grad`` to Σ_rows of its gradient from ``x`` (its ``_layer_input``) and output gradient
+    ``b`` (already scaled by c_i)."""
     if isinstance(m, nn.Conv2d):
         m.weight.grad = torch.nn.grad.conv2d_weight(x, m.weight.shape, b, m.stride, m.padding, m.dilation)
         if m.bias is not None:
             m.bias.grad = b.sum((0, 2, 3))
     elif isinstance(m, nn.InstanceNorm2d):
-        m.weight.grad = (b * F.instance_norm(x, eps=m.eps)).sum((0, 2, 3))
+        m.weight.grad = (b * x).sum((0, 2, 3))
         m.bias.grad = b.sum((0, 2, 3))
     else:  # a product with the one-hot rows, not index_add_: deterministic on a GPU too
         picked = F.one_hot(x.reshape(-1), m.num_embeddings).to(b.dtype)
@@ -116,10 +123,11 @@ def clip_per_sample(
     convolution; None takes the cheaper one per layer."""
     backprops = torch.autograd.grad(row_losses.sum(), [out for _, _, out in records])
     with torch.no_grad():
-        squared = sum(_squared_norm(m, x, b, n, ghost) for (m, x, _), b in zip(records, backprops))
+        inputs = [_layer_input(m, x) for m, x, _ in records]
+        squared = sum(_squared_norm(m, x, b, n, ghost) for (m, _, _), x, b in zip(records, inputs, backprops))
         norms = squared.sqrt()
         factor = (max_grad_norm / (norms + 1e-6)).clamp(max=1.0)
-        for (m, x, _), b in zip(records, backprops):
+        for (m, _, _), x, b in zip(records, inputs, backprops):
             rows = factor.repeat(len(b) // n)  # row j·n + i takes c_i
             _clipped_sum(m, x, b * rows.view(-1, *[1] * (b.dim() - 1)))
     return norms
