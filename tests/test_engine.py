@@ -338,3 +338,45 @@ def test_cuda_s_kernel_choice_is_the_preset_s_and_float32_stays_full_either_way(
         torch.use_deterministic_algorithms(saved[0], warn_only=saved[1])
         (torch.backends.cudnn.deterministic, torch.backends.cudnn.benchmark, torch.backends.cudnn.allow_tf32,
          torch.backends.cuda.matmul.allow_tf32) = saved[2:]  # fmt: skip
+
+
+def test_unit_activity_counts_positive_outputs_and_units_that_never_fire_by_hand():
+    """fed.evaluation.unit_activity: a linear layer's four neurons and a convolution's two channels, over inputs split
+    into chunks, against counts made by hand."""
+    from fed.evaluation import unit_activity
+
+    linear = torch.nn.Linear(2, 4)
+    with torch.no_grad():
+        linear.weight.copy_(torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, -1.0], [0.0, 0.0]]))
+        linear.bias.copy_(torch.tensor([0.0, 0.0, 0.0, -1.0]))  # neuron 3 is never positive: dead
+    x = torch.tensor([[1.0, 2.0], [-1.0, 1.0], [2.0, -3.0]])
+    # pre-activations: [1, 2, -3, -1], [-1, 1, 0, -1], [2, -3, 1, -1]: 5 of 12 positive; neurons 0, 1, 2 fire
+    (row,) = unit_activity(torch.nn.Sequential(linear, torch.nn.ReLU()), x, batch=2)
+    assert row == {"layer": "1", "units": 4, "active": 5 / 12, "dead": 0.25}
+
+    conv = torch.nn.Conv2d(1, 2, 1, bias=False)
+    with torch.no_grad():
+        conv.weight.copy_(torch.tensor([1.0, -1.0]).view(2, 1, 1, 1))
+    images = torch.tensor([[[[1.0, 2.0], [0.0, 3.0]]], [[[4.0, 0.0], [5.0, 6.0]]]])  # 6 of 8 pixels positive
+    net = torch.nn.Sequential(conv, torch.nn.ReLU(), torch.nn.Flatten(), torch.nn.Linear(8, 3), torch.nn.ReLU())
+    first, second = unit_activity(net, images, batch=1)
+    assert first == {"layer": "1", "units": 2, "active": 6 / 16, "dead": 0.5}  # channel 1 is −x ≤ 0 everywhere
+    assert second["layer"] == "4" and second["units"] == 3
+
+
+def test_the_active_units_script_reads_a_cell_it_finds_by_its_directory(setup, synthetic_root, tmp_path):
+    """scripts/active_units.py rebuilds a finished cell's model from its metrics.json and reports each ReLU."""
+    from conftest import REPO
+
+    from fed.config import MethodSpec
+    from fed.reporting.zsdg_figures import load_cell_model
+    from fed.runner import run_cell
+
+    out = tmp_path / "cell"
+    cfg = FLConfig(**SMALL)
+    run_cell(cfg, MethodSpec("fedavg", "fedavg"), "synthetic", synthetic_root, setup[3], 0, out, tmp_path / "w")
+    script = [sys.executable, str(REPO / "scripts/active_units.py"), str(out), "--data-root", str(synthetic_root)]
+    text = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    assert text.startswith(f"{out}: fedavg, ") and "predicted per class [" in text
+    model, _ = load_cell_model(out / "metrics.json", out / "model.pt")
+    assert text.count(" units  active ") == sum(isinstance(m, torch.nn.ReLU) for m in model.modules()) > 0
