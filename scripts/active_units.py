@@ -1,7 +1,7 @@
 """Which hidden units of a cell's final global model still fire on the test set (``fed.evaluation.unit_activity``):
 per ReLU, the share of its outputs that are positive and the share of its units that are positive on no test image
-(dead), with the model's predicted-class counts. A cell at chance with a dead layer has collapsed: local SGD from
-that model cannot revive the layer, so no later round leaves chance.
+(dead), with the model's predicted-class counts. A cell at chance whose layer is dead has collapsed: SGD passes
+no gradient through a unit where it is off, so local training from that model barely moves the layers before it.
 
     python scripts/active_units.py CELL [CELL …] [--data-root data] [--images 2000]
     python scripts/active_units.py results/runs/dafl/fmnist/1-label/fedmix_best-lam0.05/seed0

@@ -40,10 +40,10 @@ def evaluate(ctx: Context) -> dict[str, Any]:
 
 
 def unit_activity(model: torch.nn.Module, x: torch.Tensor, batch: int = 1000) -> list[dict[str, Any]]:
-    """For each ReLU module of ``model`` (eval mode) that runs on ``x``: the share of its outputs that
-    are positive (``active``) and the share of its units — channels of a feature map, neurons of a vector — positive
-    on none of the inputs (``dead``: no gradient passes them, so local SGD cannot revive them). A model whose hidden
-    layer is all dead predicts one class whatever its input."""
+    """For each ReLU module of ``model`` (eval mode) that runs on ``x``: the share of its outputs that are positive
+    (``active``) and the share of its units — channels of a feature map, neurons of a vector — positive on none of
+    the inputs (``dead``: no gradient from these inputs reaches such a unit's weights). A layer dead on every input
+    makes the model predict one class whatever its input."""
     layers = {m: n for n, m in model.named_modules() if isinstance(m, torch.nn.ReLU)}
     counts: dict[torch.nn.Module, list] = {}  # module → [positive outputs, outputs, units ever positive]
 
