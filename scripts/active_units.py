@@ -1,5 +1,5 @@
-"""Which hidden units of a cell's final global model still fire on the test set (``fed.evaluation.unit_activity``):
-per ReLU, the share of its outputs that are positive and the share of its units that are positive on no test image
+"""Which hidden units of a cell's final global model still fire on the test set (``fed.reporting.activity``): per
+ReLU, the share of its outputs that are positive and the share of its units that are positive on no test image
 (dead), with the model's predicted-class counts. A cell at chance whose layer is dead has collapsed: SGD passes
 no gradient through a unit where it is off, so local training from that model barely moves the layers before it.
 
@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from fed.data.datasets import load_dataset
-from fed.evaluation import unit_activity
+from fed.reporting.activity import unit_activity
 from fed.reporting.zsdg_figures import load_cell_model
 
 

@@ -341,9 +341,9 @@ def test_cuda_s_kernel_choice_is_the_preset_s_and_float32_stays_full_either_way(
 
 
 def test_unit_activity_counts_positive_outputs_and_units_that_never_fire_by_hand():
-    """fed.evaluation.unit_activity: a linear layer's four neurons and a convolution's two channels, over inputs split
-    into chunks, against counts made by hand."""
-    from fed.evaluation import unit_activity
+    """unit_activity (fed.reporting.activity): a linear layer's four neurons and a convolution's two channels, over
+    inputs split into chunks, against counts made by hand."""
+    from fed.reporting.activity import unit_activity
 
     linear = torch.nn.Linear(2, 4)
     with torch.no_grad():
