@@ -62,8 +62,24 @@ def test_an_edit_changes_exactly_the_runs_that_execute_it(package_copy):
     touch(package_copy / "zsdg.py")
     changed = {m for m, h in hashes().items() if h != after[m]}
     assert changed == {"fedzdac", "fedzdas"}
+    after = hashes()
+    touch(package_copy / "dpgan.py")  # DA-FL's GAN stage (fed.runner.METHOD_STAGES): DA-FL's cells and stages only
+    touch(package_copy / "ghost_clipping.py")
+    assert {m for m, h in hashes().items() if h != after[m]} == {"dafl"}
     touch(package_copy / "rounds.py")  # the engine: every run
     assert all(h != before[m] for m, h in hashes().items())
+
+
+def test_a_method_stage_runs_code_in_its_method_identity():
+    """A stage kind whose code is one method's runs from a module the training path does not import, and that
+    module is in the identity of the method the kind names (the stage rule's hash, ``GridPlan.stage_algorithm``)."""
+    from fed.runner import METHOD_STAGES, stage_runner
+    from fed.stages import STAGE_KINDS
+
+    for kind, module in METHOD_STAGES.items():
+        assert module not in identity.closure(identity.ENTRY)
+        assert module in identity.closure(identity.algorithm_modules()[STAGE_KINDS[kind].algorithm])
+        assert stage_runner(kind).__module__ == module
 
 
 def planned(stdout: str, rule: str) -> list[dict[str, str]]:

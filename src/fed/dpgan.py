@@ -32,15 +32,19 @@ from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 import torch.nn.functional as F
 
 from fed import checkpoint, identity
 from fed.checkpoint import OutOfTime
+from fed.data.datasets import info as dataset_info
 from fed.ghost_clipping import clip_per_sample, recording
 from fed.models.cgan import Discriminator, Generator
+
+if TYPE_CHECKING:
+    from fed.runner import StageJob
 
 # Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
 # module_utils), which would double every log line of the Snakemake process that reads the method registry.
@@ -481,6 +485,45 @@ def train_clients(
             for f in futures:  # the running ones finish and keep their clients; the rest are not started
                 f.cancel()
             raise
+
+
+def run_stage(job: StageJob) -> None:
+    """The ``dp_cgan`` stage (``fed.runner.stage_runner``): DA-FL's PSG (Algorithm 2) at every client, on its own
+    training split: one DP-CGAN each, ``job.threads`` clients at a time (``train_clients``). Writes the generators
+    and each one's DP-SGD steps, ε and seconds; a stopped or killed stage resumes each unfinished client from its
+    last kept state (every ``STATE_EVERY`` steps, and at ``job.stop_at``)."""
+    settings = PSGSettings.from_params(dict(job.stage.params))
+    ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
+    meta = dataset_info(job.dataset)
+    job.work_dir.mkdir(parents=True, exist_ok=True)
+
+    def finished(k: int) -> dict[str, Any] | None:
+        part = job.work_dir / f"client{k}.pt"
+        done = torch.load(part, weights_only=False, map_location="cpu") if part.exists() else None
+        return done if done is not None and done["settings"] == asdict(settings) else None
+
+    def request(k: int) -> dict[str, Any]:
+        x, y = ctx.client_data(k)
+        x = to_gan_space(x.cpu().float(), meta.mean, meta.std)
+        args = {"settings": asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
+        resume = {"state": str(job.work_dir / f"client{k}.state.pt"), "stop_at": job.stop_at}
+        return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
+
+    todo = [k for k in range(ctx.num_clients) if finished(k) is None]
+    if job.progress:
+        print(f"[{job.stage.key}] {len(todo)} of {ctx.num_clients} clients to train", file=job.progress, flush=True)
+    train_clients(todo, request, job.work_dir, job.threads, job.progress)
+    clients = [finished(k) for k in range(ctx.num_clients)]
+    record = {
+        "settings": asdict(settings),
+        "dataset": job.dataset,
+        "channels": ctx.input_shape[0],
+        "num_classes": ctx.num_classes,
+        "mean": meta.mean,
+        "std": meta.std,
+        "clients": [{k: v for k, v in c.items() if k != "settings"} for c in clients],
+    }
+    torch.save(record, job.out)
 
 
 def _late(request: dict[str, Any]) -> bool:

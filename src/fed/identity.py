@@ -1,7 +1,8 @@
 """What determines a run's numbers: the code it executes (torch-free, so the workflow can import it).
 
 ``code_hash(module)`` hashes the source of the training path — the import closure of ``fed.runner``, which does not
-follow the method registry ``fed.algorithms`` into the methods — together with the closure of one method's module.
+follow the method registry ``fed.algorithms`` into the methods, nor into a stage kind that is one method's code
+(``fed.runner.METHOD_STAGES``: DA-FL's GAN stage, ``fed.dpgan``) — together with the closure of one method's module.
 Reporting, tracking and the command line are outside it: a figure edit changes no run's identity, and an edit to one
 method changes the identity of its own cells and stages only. The workflow passes the hash as a param of the train
 and stage rules (Snakemake reruns a job whose params changed); checkpoints and warm starts carry it (``fed.engine``).

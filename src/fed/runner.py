@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import dataclasses
+import importlib
 import json
 import math
 import shutil
@@ -22,10 +23,8 @@ import torch
 from fed import checkpoint
 from fed.algorithms import build_algorithm
 from fed.config import FLConfig, MethodSpec
-from fed.data.datasets import info as dataset_info
 from fed.data.datasets import load_dataset
 from fed.data.partition import PartitionError, num_clients_for_avg_size, read_partition, validation_split
-from fed.dpgan import PSGSettings, to_gan_space, train_clients
 from fed.engine import Engine
 from fed.metrics import LOWER_IS_BETTER, VALIDATION_METRICS
 from fed.reference import json_safe
@@ -229,53 +228,23 @@ def tuned(method: MethodSpec, stages: dict[str, Path] | None) -> tuple[MethodSpe
     return method.at(record["chosen"]), record
 
 
-def run_dp_cgan(job: StageJob) -> None:
-    """DA-FL's PSG (Algorithm 2) at every client, on its own training split: one DP-CGAN each, ``job.threads``
-    clients at a time (``fed.dpgan.train_clients``). Writes the generators and each one's DP-SGD steps, ε and
-    seconds; a stopped or killed stage resumes each unfinished client from its last kept state (every
-    ``fed.dpgan.STATE_EVERY`` steps, and at ``job.stop_at``)."""
-    settings = PSGSettings.from_params(dict(job.stage.params))
-    ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
-    meta = dataset_info(job.dataset)
-    job.work_dir.mkdir(parents=True, exist_ok=True)
-
-    def finished(k: int) -> dict[str, Any] | None:
-        part = job.work_dir / f"client{k}.pt"
-        done = torch.load(part, weights_only=False, map_location="cpu") if part.exists() else None
-        return done if done is not None and done["settings"] == dataclasses.asdict(settings) else None
-
-    def request(k: int) -> dict[str, Any]:
-        x, y = ctx.client_data(k)
-        x = to_gan_space(x.cpu().float(), meta.mean, meta.std)
-        args = {"settings": dataclasses.asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
-        resume = {"state": str(job.work_dir / f"client{k}.state.pt"), "stop_at": job.stop_at}
-        return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
-
-    todo = [k for k in range(ctx.num_clients) if finished(k) is None]
-    if job.progress:
-        print(f"[{job.stage.key}] {len(todo)} of {ctx.num_clients} clients to train", file=job.progress, flush=True)
-    train_clients(todo, request, job.work_dir, job.threads, job.progress)
-    clients = [finished(k) for k in range(ctx.num_clients)]
-    record = {
-        "settings": dataclasses.asdict(settings),
-        "dataset": job.dataset,
-        "channels": ctx.input_shape[0],
-        "num_classes": ctx.num_classes,
-        "mean": meta.mean,
-        "std": meta.std,
-        "clients": [{k: v for k, v in c.items() if k != "settings"} for c in clients],
-    }
-    torch.save(record, job.out)
-
-
 STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "fedavg_prefix": run_fedavg_prefix,
     "centralized_model": run_centralized_model,
     "tuning": run_tuning,
-    "dp_cgan": run_dp_cgan,
     "vae_prelim": run_vae_prelim,
     "model_at": run_model_at,
 }
+# Kinds whose code is one method's: the module whose ``run_stage(job)`` runs it, imported when such a stage runs, so
+# that module is in its method's code identity (``StageKind.algorithm``), not in every cell's (``fed.identity``).
+METHOD_STAGES: dict[str, str] = {"dp_cgan": "fed.dpgan"}
+
+
+def stage_runner(kind: str) -> Callable[[StageJob], None]:
+    """The function that runs stages of ``kind``."""
+    if kind in METHOD_STAGES:
+        return importlib.import_module(METHOD_STAGES[kind]).run_stage
+    return STAGE_RUNNERS[kind]
 
 
 def run_stage(
@@ -294,7 +263,7 @@ def run_stage(
     after: str | None = None,
     stop_at: float | None = None,
 ) -> None:
-    """Run one preparatory stage (its kind's function in ``STAGE_RUNNERS``), writing its output file ``out``; with
+    """Run one preparatory stage (its kind's function: ``stage_runner``), writing its output file ``out``; with
     the method's local training settings where the stage carries them (``Stage.protocol``). ``stop_at``: a DP-CGAN
     stage stops there, its clients' state kept (``fed.checkpoint.OutOfTime``); other kinds run to their end."""
     cfg = cfg.with_protocol(stage.protocol, stage.key)
@@ -310,7 +279,7 @@ def run_stage(
     job = StageJob(
         stage, dataset, Path(out), lower, engine, method, Path(work_dir), progress, after, cfg.rounds, threads, stop_at
     )
-    STAGE_RUNNERS[stage.kind](job)
+    stage_runner(stage.kind)(job)
 
 
 def write_history_csv(history: list[dict[str, Any]], path: Path) -> None:

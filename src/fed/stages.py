@@ -3,7 +3,7 @@ own DAG node and shared by every cell that needs it.
 
 A method declares its stages (``Algorithm.stages()`` → {name: Stage}); the workflow turns each distinct
 (preset, dataset, partition, seed, stage) into one ``stage`` job whose output file reaches the training job as
-``ctx.stages[name]``. Kinds are declared here; ``fed.runner.STAGE_RUNNERS`` holds the function that runs each:
+``ctx.stages[name]``. Kinds are declared here; ``fed.runner.stage_runner`` gives the function that runs each:
 
 - ``fedavg_prefix`` (rounds=r): FedAvg up to round r — the shared prefix of every run that starts augmenting at
   round r + 1 (Fed-ZDA's start-round ablations). ``continues_from`` makes prefixes of one trajectory chain: the
