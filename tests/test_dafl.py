@@ -1,5 +1,6 @@
 """DA-FL (Tang et al. 2023): PSG's privacy accounting (Opacus), PLS's output distribution, and what leaves a client."""
 
+import dataclasses
 import io
 import json
 import math
@@ -494,3 +495,53 @@ def test_the_leakage_audit_tests_each_client_s_synthetic_samples_against_its_own
     )
     assert out["n"] == out["audited"] == len(hits) == sum(len(y) for _, y in dafl._synthetic) > 0
     assert out["closer_to_train"] == pytest.approx(float(hits.mean()))
+
+
+def test_label_fidelity_is_the_share_the_judge_gives_the_label_by_hand():
+    """A judge whose logits are (x, −x): class 0 where the sample's one pixel is positive."""
+    from fed.reporting.gan_fidelity import label_fidelity
+
+    judge = torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(1, 2, bias=False))
+    judge[1].weight.data = torch.tensor([[1.0], [-1.0]])
+    samples = torch.tensor([1.0, 2.0, -1.0, 3.0, -0.5]).view(5, 1, 1, 1)
+    assert label_fidelity(judge, samples, 0) == (pytest.approx(3 / 5), 0, pytest.approx(3 / 5))
+    assert label_fidelity(judge, samples, 1) == (pytest.approx(2 / 5), 0, pytest.approx(3 / 5))
+    share, modal, _ = label_fidelity(judge, samples[:0], 0)
+    assert math.isnan(share) and modal == -1
+
+
+def test_a_pilot_trains_a_client_as_its_stage_does_and_the_fidelity_script_reads_both(
+    dafl_cell, synthetic_root, tmp_path
+):
+    """scripts/psg_pilot.py with no change gives the stage's own client, generator for generator; with a change, the
+    settings it names; scripts/gan_fidelity.py reads a stage file and a pilot's directory, a row per client."""
+    import subprocess
+    import sys
+
+    spec, part, gans = dafl_cell
+    stage = build_algorithm("dafl", **spec.params).stages()["gans"]
+    preset = dataclasses.asdict(CFG)
+    args = {"stage": {"kind": "dp_cgan", "params": dict(stage.params)}, "preset": preset, "dataset": "synthetic",
+            "data_root": str(synthetic_root), "partition_file": str(part), "seed": 0, "out": str(gans)}  # fmt: skip
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"jobs": [{"kind": "stage", "args": args}]}))
+    pilot = [sys.executable, str(REPO / "scripts/psg_pilot.py"), str(plan), "--partition", str(part), "--client", "2"]
+    subprocess.run([*pilot, "-o", str(tmp_path / "same")], check=True, capture_output=True)
+    ours = torch.load(tmp_path / "same" / "client2.pt", weights_only=False)
+    theirs = torch.load(tmp_path / "w" / "client2.pt", weights_only=False)
+    assert ours["steps"] == theirs["steps"] > 0 and ours["settings"] == theirs["settings"]
+    for name, tensor in theirs["generator"].items():
+        assert torch.equal(ours["generator"][name], tensor), name
+    changed = [*pilot, "--set", "generator_loss=non_saturating", "-o", str(tmp_path / "ns")]
+    subprocess.run(changed, check=True, capture_output=True)
+    assert sorted(p.name for p in (tmp_path / "ns").glob("client*.pt")) == ["client2.pt"]
+    record = torch.load(tmp_path / "ns" / "client2.pt", weights_only=False)
+    assert record["settings"] == {**theirs["settings"], "generator_loss": "non_saturating"}
+
+    script = [sys.executable, str(REPO / "scripts/gan_fidelity.py"), str(gans), str(tmp_path / "ns"), "--partition",
+              str(part), "--dataset", "synthetic", "--data-root", str(synthetic_root), "--judge-epochs", "1",
+              "--per-class", "20"]  # fmt: skip
+    text = subprocess.run(script, capture_output=True, text=True, check=True).stdout
+    assert text.startswith("judge: cnn_dafl, 1 epochs on ") and "test accuracy" in text
+    assert f"{gans}: 4 of 4 clients trained" in text and f"{tmp_path / 'ns'}: 1 of 4 clients trained" in text
+    assert text.count("saturating loss): ") == 5 and text.count("non_saturating loss): ") == 1

@@ -44,6 +44,7 @@ from fed.ghost_clipping import clip_per_sample, recording
 from fed.models.cgan import Discriminator, Generator
 
 if TYPE_CHECKING:
+    from fed.context import Context
     from fed.runner import StageJob
 
 # Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
@@ -487,6 +488,19 @@ def train_clients(
             raise
 
 
+def client_request(
+    ctx: Context, dataset: str, settings: PSGSettings, k: int, work_dir: Path, stop_at: float | None = None
+) -> dict[str, Any]:
+    """Client ``k``'s PSG request (``client_record``'s input): its training split in GAN space, its own seeded
+    stream (``psg``, k) and its state file in ``work_dir``."""
+    meta = dataset_info(dataset)
+    x, y = ctx.client_data(k)
+    x = to_gan_space(x.cpu().float(), meta.mean, meta.std)
+    args = {"settings": asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
+    resume = {"state": str(Path(work_dir) / f"client{k}.state.pt"), "stop_at": stop_at}
+    return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
+
+
 def run_stage(job: StageJob) -> None:
     """The ``dp_cgan`` stage (``fed.runner.stage_runner``): DA-FL's PSG (Algorithm 2) at every client, on its own
     training split: one DP-CGAN each, ``job.threads`` clients at a time (``train_clients``). Writes the generators
@@ -503,11 +517,7 @@ def run_stage(job: StageJob) -> None:
         return done if done is not None and done["settings"] == asdict(settings) else None
 
     def request(k: int) -> dict[str, Any]:
-        x, y = ctx.client_data(k)
-        x = to_gan_space(x.cpu().float(), meta.mean, meta.std)
-        args = {"settings": asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
-        resume = {"state": str(job.work_dir / f"client{k}.state.pt"), "stop_at": job.stop_at}
-        return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
+        return client_request(ctx, job.dataset, settings, k, job.work_dir, job.stop_at)
 
     todo = [k for k in range(ctx.num_clients) if finished(k) is None]
     if job.progress:
