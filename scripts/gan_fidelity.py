@@ -9,7 +9,7 @@ what it would share that carries a recognisable label.
         --partition partitions/dafl/fmnist/1-label/seed0.json
 
 The judge (``--judge-model``, ``--judge-epochs``, seed 0) is trained once per call and its test accuracy printed:
-a faithful generator scores about that, samples with no class in them about 1/L.
+the real test images score that, a judge guessing at random 1/L.
 """
 
 from __future__ import annotations

@@ -2,10 +2,11 @@
 judge — a classifier trained centrally on the real training set — assigns to y, per client and class (a
 classification accuracy score). Read after training, outside every run's identity.
 
-The samples are taken exactly as DA-FL shares them (``fed.dpgan.generate``, then ``from_gan_space`` to the data's
-size and normalisation). The judge's own test accuracy bounds what a faithful generator scores; 1/L is what samples
-with no class in them score on average. A generator whose discriminator won from the start (a saturating loss with
-D(G(z)) ≈ 0 gives it almost no gradient) scores low on its own classes."""
+The samples are taken exactly as DA-FL shares them (``fed.dpgan.generate``, then ``from_gan_space`` to the data's size
+and normalisation). The judge's accuracy on a class's real test images is the reference for that class's samples (a
+generator of prototypical images can score above it); 1/L is what a judge guessing at random scores. A generator whose
+discriminator won from the start (a saturating loss with D(G(z)) ≈ 0 gives it almost no gradient) can score low on its
+own classes (docs/results/dafl.md: 4 of 10 at 1-Label)."""
 
 from __future__ import annotations
 
