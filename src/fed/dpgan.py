@@ -45,7 +45,6 @@ from fed.models.cgan import Discriminator, Generator
 
 if TYPE_CHECKING:
     from fed.context import Context
-    from fed.runner import StageJob
 
 # Opacus is imported inside the functions that use it: importing it calls logging.basicConfig (opacus.utils.
 # module_utils), which would double every log line of the Snakemake process that reads the method registry.
@@ -501,8 +500,9 @@ def client_request(
     return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
 
 
-def run_stage(job: StageJob) -> None:
-    """The ``dp_cgan`` stage (``fed.runner.stage_runner``): DA-FL's PSG (Algorithm 2) at every client, on its own
+def run_stage(job: Any) -> None:
+    """The ``dp_cgan`` stage of a ``fed.runner.StageJob`` (``fed.runner.stage_runner``; not imported here: the
+    runner loads this module, not the other way round): DA-FL's PSG (Algorithm 2) at every client, on its own
     training split: one DP-CGAN each, ``job.threads`` clients at a time (``train_clients``). Writes the generators
     and each one's DP-SGD steps, ε and seconds; a stopped or killed stage resumes each unfinished client from its
     last kept state (every ``STATE_EVERY`` steps, and at ``job.stop_at``)."""
