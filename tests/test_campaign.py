@@ -83,6 +83,11 @@ def test_a_cell_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run,
     assert campaign.run_job(fedavg, time.time() - 1, 1) == "checkpointed"  # past its deadline after round 1
     out = Path(fedavg["args"]["out_dir"])
     assert not (out / "metrics.json").exists() and any(Path(fedavg["args"]["work_dir"]).iterdir())
+    row = next(r for r in campaign.status(plan) if r["job"] == fedavg["label"])
+    assert (row["state"], row["progress"][:11]) == ("stopped", "round 1/2, ") and row["left"] == row["spent"] > 0
+    campaign.write_plan(plan, "plan.json")
+    proc = fed("campaign", "--plan", "plan.json", "--status", cwd=tmp_path)  # beside a campaign: reads only
+    assert fedavg["label"] in proc.stdout and "round 1/2" in proc.stdout and "stopped" in proc.stdout
     assert campaign.run_job(fedavg, time.time() + 600, 1) == "done"
     record = json.loads((out / "metrics.json").read_text())
     reference = json.loads((workdir / "results" / out.relative_to("results") / "metrics.json").read_text())
@@ -161,8 +166,10 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
         log = io.StringIO()
         plan = {"version": campaign.PLAN_VERSION, "jobs": jobs}
         outcome = campaign.run(plan, minutes=5, jobs=1, work=finish, log=log)
+        states = {r["job"]: r["state"] for r in campaign.status(plan)}
     finally:
         holder.communicate("")
+    assert states == {"held": f"running (pid {holder.pid})", "after_held": "waiting", "free": "done", "gone": "done"}
     assert outcome["elsewhere"] == ["held"] and outcome["waiting"] == ["after_held"]
     last = log.getvalue().splitlines()[-1]  # the four jobs, each counted once
     assert last.endswith("2/4 done] stopped: 2 done, 0 checkpointed, 0 failed, 1 elsewhere, 1 waiting"), last
@@ -171,6 +178,23 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
     assert Path("runs/gone/metrics.json").read_text() == "ok"  # the other campaign's: not run again
     left = [p.parent.name for p in tmp_path.rglob(".*.campaign-lock")]
     assert left == ["held"]  # the other campaign's, which ended without releasing it (as if killed)
+
+
+def test_status_says_the_hours_spent_and_left_and_which_jobs_have_no_pace_yet():
+    rows = [
+        {"job": "a/cell", "kind": "cell", "state": "stopped", "progress": "round 10/50", "spent": 1800.0,
+         "left": 7200.0},
+        {"job": "a/stage", "kind": "stage", "state": "running (pid 7)", "progress": "2/10 clients", "spent": 5400.0,
+         "left": 10800.0},
+        {"job": "b/cell", "kind": "cell", "state": "waiting", "progress": "", "spent": None, "left": None},
+        {"job": "c/cell", "kind": "cell", "state": "done", "progress": "round 50/50", "spent": 9000.0, "left": 0.0},
+    ]  # fmt: skip
+    lines = campaign.describe(rows).splitlines()
+    assert lines[0].split() == ["job", "state", "progress", "spent", "left"]
+    assert lines[1].split() == ["a/cell", "stopped", "round", "10/50", "0.5", "h", "2.0", "h"]
+    assert lines[3].split() == ["b/cell", "waiting", "–", "–"]
+    last = "1 stopped, 1 running, 1 waiting, 1 done; ≈ 5.0 h left at the pace so far, and 1 job not yet timed"
+    assert lines[-1] == last
 
 
 LINGER = """

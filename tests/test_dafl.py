@@ -401,6 +401,29 @@ def test_a_psg_client_stopped_after_every_step_takes_the_steps_of_an_uninterrupt
         assert torch.equal(tensor, other.generator[name]), name
 
 
+def test_a_stage_s_progress_reads_its_finished_clients_and_the_kept_step_of_a_stopped_one(tmp_path):
+    """``stage_progress`` (what ``fed campaign --status`` shows of a GAN stage), from the files the stage writes:
+    client 0 finished (its record), client 1 stopped after its first step (its kept state, with its budget), a
+    request and a previous state that are neither."""
+    from fed.checkpoint import OutOfTime
+    from fed.dpgan import _save, client_record, stage_progress
+
+    x, y = tiny_client()
+    settings = dataclasses.asdict(PSGSettings(**TINY_GAN))
+    request = {"x": x, "y": y, "num_classes": 3, "settings": settings, "seed": 0}
+    _save(client_record(request), tmp_path / "client0.pt")
+    with pytest.raises(OutOfTime):
+        client_record(request | {"seed": 1, "state": str(tmp_path / "client1.state.pt"), "stop_at": 0.0})
+    torch.save(request, tmp_path / "client2.request.pt")
+    (tmp_path / "client1.state.prev.pt").write_bytes(b"")
+    whole = torch.load(tmp_path / "client0.pt", weights_only=False)
+    found = stage_progress(tmp_path)
+    assert found["finished"] == {0: {k: whole[k] for k in ("steps", "scheduled_steps", "epsilon", "seconds")}}
+    assert found["kept"].keys() == {1} and found["kept"][1]["step"] == 1
+    assert found["kept"][1]["budget"] == whole["steps"] > 1  # the same data and settings: the same budget
+    assert 0 < found["kept"][1]["seconds"]
+
+
 def test_a_gan_stage_past_its_deadline_starts_no_client_and_a_client_process_stops_with_its_state(tmp_path):
     import dataclasses
     import os

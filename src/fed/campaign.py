@@ -411,6 +411,105 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
     return "done"
 
 
+# -------------------------------------------------------------------------------------------------------- status
+def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
+    """Where each of the plan's jobs stands, read from the files (it starts, locks and changes nothing, so it may run
+    beside the campaigns): ``state`` — done, running (a campaign holds its lock: ``pid``), stopped (partly done,
+    nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
+    seconds its finished part took; ``left`` — an estimate at the pace measured so far (None where none is measured:
+    a job not started, a stage client not started while none has finished). Progress is read for cells (their
+    checkpoint) and DA-FL's GAN stages (their clients' files); of other stages (tunings, prefixes) their logs under
+    ``logs/campaign/`` tell."""
+    rows = []
+    for job in plan_["jobs"]:
+        progress, spent, left = _progress(job)
+        if Path(job["out"]).exists():
+            state = "done"
+        elif (pid := _holder(job["out"])) is not None:
+            state = f"running (pid {pid})"
+        elif spent is not None:
+            state = "stopped"
+        else:
+            state = "ready" if all(Path(n).exists() for n in job["needs"]) else "waiting"
+        if state == "done":
+            left = 0.0
+        rows.append({"job": job["label"], "kind": job["kind"], "state": state, "progress": progress,
+                     "spent": spent, "left": left})  # fmt: skip
+    return rows
+
+
+def _progress(job: dict[str, Any]) -> tuple[str, float | None, float | None]:
+    """(progress, seconds spent, seconds left) of a cell from its checkpoint, of a DP-CGAN stage from its clients'
+    files; ("", None, None) where nothing of it is kept."""
+    import torch
+
+    a, work = job["args"], Path(job["args"].get("work_dir") or "/nonexistent")
+    if job["kind"] == "cell" and (path := work / "checkpoint.pt").exists():
+        from fed.config import FLConfig
+
+        ckpt = torch.load(path, weights_only=False, map_location="cpu")
+        done, total = ckpt["round"], FLConfig.from_preset(a["preset"], a["dataset"]).rounds
+        spent = ckpt["wall_seconds"]
+        acc = ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
+        words = f"round {done}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
+        return words, spent, spent / done * (total - done) if done else None
+    if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan" and work.is_dir():
+        from fed.dpgan import stage_progress
+
+        clients = json.loads(Path(a["partition_file"]).read_text())["num_clients"]
+        found = stage_progress(work)
+        finished, kept = found["finished"], found["kept"]
+        if not finished and not kept:
+            return "", None, None
+        spent = sum(r["seconds"] for r in [*finished.values(), *kept.values()])
+        words = [f"{len(finished)}/{clients} clients"]
+        words += [f"client {k} at step {r['step']}" + (f"/{r['budget']}" if "budget" in r else "")
+                  for k, r in sorted(kept.items())]  # fmt: skip
+        per_client = sum(r["seconds"] for r in finished.values()) / len(finished) if finished else None
+        left = None
+        if per_client is not None:  # a client not started: the finished ones' mean; a kept one: its own pace
+            left = per_client * (clients - len(finished) - len(kept))
+            for r in kept.values():
+                own = r["seconds"] / r["step"] * (r["budget"] - r["step"]) if "budget" in r and r["step"] else None
+                left += own if own is not None else max(per_client - r["seconds"], 0.0)
+        return ", ".join(words), spent, left
+    return "", None, None
+
+
+def _holder(out: str) -> int | None:
+    """The pid of the campaign whose lock on ``out`` is held now (from /proc/locks, without touching the lock: a
+    status read must never make a campaign leave a job "elsewhere"); None where none holds it, or not on Linux."""
+    try:
+        st = _lock_path(out).stat()
+        locks = Path("/proc/locks").read_text().splitlines()
+    except OSError:
+        return None
+    inode = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    for line in locks:  # "1: FLOCK  ADVISORY  WRITE 7682 fe:00:5579657 0 EOF"
+        fields = line.split()
+        if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode:
+            return int(fields[4])
+    return None
+
+
+def describe(rows: list[dict[str, Any]]) -> str:
+    """``status`` as a table, and a last line: jobs per state and the hours left where a pace is measured."""
+    hours = lambda s: "–" if s is None else f"{s / 3600:.1f} h"  # noqa: E731
+    table = [("job", "state", "progress", "spent", "left"), *(
+        (r["job"], r["state"], r["progress"], hours(r["spent"]), hours(r["left"])) for r in rows)]  # fmt: skip
+    widths = [max(len(line[i]) for line in table) for i in range(5)]
+    lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in table]
+    counts: dict[str, int] = {}
+    for r in rows:
+        counts[r["state"].split()[0]] = counts.get(r["state"].split()[0], 0) + 1
+    known = [r["left"] for r in rows if r["left"] is not None]
+    unknown = sum(r["left"] is None for r in rows)
+    summary = ", ".join(f"{n} {state}" for state, n in counts.items())
+    lines.append(f"{summary}; ≈ {sum(known) / 3600:.1f} h left at the pace so far"
+                 + (f", and {unknown} job{'s' * (unknown > 1)} not yet timed" if unknown else ""))  # fmt: skip
+    return "\n".join(lines)
+
+
 def _log(job: dict[str, Any]):
     """The job's progress log, beside the workflow's: logs/campaign/<label>.log."""
     path = Path("logs/campaign") / f"{job['label'].replace('/', '__')}.log"

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--threads", type=int, help="threads a job (default: the CPUs shared out)")
     p.add_argument("--write-plan", metavar="FILE", help="write the plan and stop (to run it on another machine)")
     p.add_argument("--plan", metavar="FILE", help="run this plan instead of planning")
+    p.add_argument("--status", action="store_true", help="say where each job stands and what is left; run nothing")
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -111,6 +112,9 @@ def main(argv: list[str] | None = None) -> None:
                 if args.plan
                 else campaign.plan([c.split("+") for c in args.configs], _repo(), args.table, args.method)
             )
+            if args.status:
+                print(campaign.describe(campaign.status(todo)))
+                return
             if args.write_plan:
                 campaign.write_plan(todo, args.write_plan)
                 print(f"{len(todo['jobs'])} jobs planned in {args.write_plan}")

@@ -335,7 +335,8 @@ def train_psg(
     )
 
     def keep(step: int) -> None:  # everything step ``step + 1`` reads
-        state = {"key": key, "step": step, "seconds": earlier + time.perf_counter() - started, "G": G.state_dict()}
+        state = {"key": key, "step": step, "budget": budget, "seconds": earlier + time.perf_counter() - started}
+        state |= {"G": G.state_dict()}
         state |= {
             "D": D.state_dict(),
             "opt_g": opt_g.state_dict(),
@@ -485,6 +486,26 @@ def train_clients(
             for f in futures:  # the running ones finish and keep their clients; the rest are not started
                 f.cancel()
             raise
+
+
+def stage_progress(work_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
+    """Where a stopped or running stage stands, from its files (``fed campaign --status``): ``finished`` — each
+    finished client's steps, ε and seconds; ``kept`` — each unfinished client's last kept step, its budget of steps
+    (absent from states kept before it was recorded) and its seconds so far."""
+    finished, kept = {}, {}
+    for path in Path(work_dir).glob("client*.pt"):
+        name, _, rest = path.name.removeprefix("client").partition(".")
+        if not name.isdigit() or rest not in ("pt", "state.pt"):
+            continue  # a request, a previous state
+        try:
+            record = torch.load(path, weights_only=False, map_location="cpu")
+        except FileNotFoundError:  # a state removed between the listing and the read: its client has finished
+            continue
+        if rest == "pt":
+            finished[int(name)] = {k: record[k] for k in ("steps", "scheduled_steps", "epsilon", "seconds")}
+        else:
+            kept[int(name)] = {k: record[k] for k in ("step", "budget", "seconds") if k in record}
+    return {"finished": finished, "kept": {k: v for k, v in kept.items() if k not in finished}}
 
 
 def client_request(
