@@ -83,13 +83,22 @@ def test_a_cell_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run,
     assert campaign.run_job(fedavg, time.time() - 1, 1) == "checkpointed"  # past its deadline after round 1
     out = Path(fedavg["args"]["out_dir"])
     assert not (out / "metrics.json").exists() and any(Path(fedavg["args"]["work_dir"]).iterdir())
-    row = next(r for r in campaign.status(plan) if r["job"] == fedavg["label"])
+    rows = {r["job"]: r for r in campaign.status(plan)}
+    row = rows[fedavg["label"]]
     assert (row["state"], row["progress"][:11]) == ("stopped", "round 1/2, ") and row["left"] == row["spent"] > 0
+    assert not row["estimated"]
+    later = rows["smoke_dafl/synthetic/1-label/fedavg/seed1"]  # not started: as long as its algorithm's timed cell
+    assert (later["state"], later["spent"], later["estimated"]) == ("waiting", None, True)
+    assert later["left"] == 2 * row["spent"]
     campaign.write_plan(plan, "plan.json")
     proc = fed("campaign", "--plan", "plan.json", "--status", cwd=tmp_path)  # beside a campaign: reads only
     assert fedavg["label"] in proc.stdout and "round 1/2" in proc.stdout and "stopped" in proc.stdout
     assert campaign.run_job(fedavg, time.time() + 600, 1) == "done"
     record = json.loads((out / "metrics.json").read_text())
+    row = next(r for r in campaign.status(plan) if r["job"] == fedavg["label"])
+    acc = record["last"]["global_acc"]
+    assert (row["state"], row["progress"], row["left"]) == ("done", f"round 2, {acc:.2f} %", 0)
+    assert row["spent"] == record["wall_seconds"]
     reference = json.loads((workdir / "results" / out.relative_to("results") / "metrics.json").read_text())
     assert record["rounds_completed"] == 2 and timeless(record["last"]) == timeless(reference["last"])
     assert [r["train_loss"] for r in record["history"]] == [r["train_loss"] for r in reference["history"]]
@@ -180,20 +189,26 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
     assert left == ["held"]  # the other campaign's, which ended without releasing it (as if killed)
 
 
-def test_status_says_the_hours_spent_and_left_and_which_jobs_have_no_pace_yet():
+def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other_jobs():
     rows = [
         {"job": "a/cell", "kind": "cell", "state": "stopped", "progress": "round 10/50", "spent": 1800.0,
          "left": 7200.0},
         {"job": "a/stage", "kind": "stage", "state": "running (pid 7)", "progress": "2/10 clients", "spent": 5400.0,
          "left": 10800.0},
-        {"job": "b/cell", "kind": "cell", "state": "waiting", "progress": "", "spent": None, "left": None},
-        {"job": "c/cell", "kind": "cell", "state": "done", "progress": "round 50/50", "spent": 9000.0, "left": 0.0},
+        {"job": "b/cell", "kind": "cell", "state": "waiting", "progress": "", "spent": None, "left": 9000.0,
+         "estimated": True},
+        {"job": "b/data", "kind": "data", "state": "ready", "progress": "", "spent": None, "left": None},
+        {"job": "c/cell", "kind": "cell", "state": "done", "progress": "round 50", "spent": 9000.0, "left": 0.0},
     ]  # fmt: skip
+    rows = [{"estimated": False} | r for r in rows]
     lines = campaign.describe(rows).splitlines()
     assert lines[0].split() == ["job", "state", "progress", "spent", "left"]
     assert lines[1].split() == ["a/cell", "stopped", "round", "10/50", "0.5", "h", "2.0", "h"]
-    assert lines[3].split() == ["b/cell", "waiting", "–", "–"]
-    last = "1 stopped, 1 running, 1 waiting, 1 done; ≈ 5.0 h left at the pace so far, and 1 job not yet timed"
+    assert lines[3].split() == ["b/cell", "waiting", "–", "≈", "2.5", "h"]
+    last = (
+        "1 stopped, 1 running, 1 waiting, 1 ready, 1 done; ≈ 5.0 h left at the pace so far, ≈ 2.5 h for 1 job "
+        "without a pace (≈: their kind's timed jobs' mean), and 1 job with no estimate"
+    )
     assert lines[-1] == last
 
 

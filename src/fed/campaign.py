@@ -416,11 +416,11 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     """Where each of the plan's jobs stands, read from the files (it starts, locks and changes nothing, so it may run
     beside the campaigns): ``state`` — done, running (a campaign holds its lock: ``pid``), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
-    seconds its finished part took; ``left`` — an estimate at the pace measured so far (None where none is measured:
-    a job not started, a stage client not started while none has finished). Progress is read for cells (their
-    checkpoint) and DA-FL's GAN stages (their clients' files); of other stages (tunings, prefixes) their logs under
-    ``logs/campaign/`` tell."""
-    rows = []
+    seconds its finished part took; ``left`` — an estimate at the pace measured so far, and for a job without a pace
+    of its own (``estimated``) the mean time of the plan's timed jobs of its kind (cells of its algorithm; stages of
+    its kind), None where there are none. Progress is read for cells (their checkpoint or record) and DA-FL's GAN
+    stages (their clients' files); of other stages (tunings, prefixes) their logs under ``logs/campaign/`` tell."""
+    rows, timed = [], {}
     for job in plan_["jobs"]:
         progress, spent, left = _progress(job)
         if Path(job["out"]).exists():
@@ -434,16 +434,34 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
         if state == "done":
             left = 0.0
         rows.append({"job": job["label"], "kind": job["kind"], "state": state, "progress": progress,
-                     "spent": spent, "left": left})  # fmt: skip
+                     "spent": spent, "left": left, "estimated": False})  # fmt: skip
+        if spent is not None and left is not None:  # a whole job's time, measured or at its own pace
+            timed.setdefault(_kind_of(job), []).append(spent + left)
+    for job, row in zip(plan_["jobs"], rows, strict=True):
+        if row["spent"] is None and row["state"] != "done" and (like := timed.get(_kind_of(job))):
+            row["left"], row["estimated"] = sum(like) / len(like), True
     return rows
 
 
+def _kind_of(job: dict[str, Any]) -> tuple[str, str]:
+    """What a job's time is estimated from: cells of the same algorithm, stages of the same kind."""
+    if job["kind"] == "cell":
+        return "cell", job["args"].get("tracking", {}).get("tags", {}).get("algorithm", "")
+    return job["kind"], job["args"].get("stage", {}).get("kind", "")
+
+
 def _progress(job: dict[str, Any]) -> tuple[str, float | None, float | None]:
-    """(progress, seconds spent, seconds left) of a cell from its checkpoint, of a DP-CGAN stage from its clients'
-    files; ("", None, None) where nothing of it is kept."""
+    """(progress, seconds spent, seconds left) of a cell from its record or checkpoint, of a DP-CGAN stage from its
+    clients' files; ("", None, None) where nothing of it is kept."""
     import torch
 
     a, work = job["args"], Path(job["args"].get("work_dir") or "/nonexistent")
+    if job["kind"] == "cell" and (record := Path(job["out"])).exists():
+        try:
+            last = json.loads(record.read_text())
+            return f"round {last['rounds_completed']}, {last['last']['global_acc']:.2f} %", last["wall_seconds"], 0.0
+        except (ValueError, KeyError, TypeError):  # not a record this code writes: done, nothing more to say
+            return "", None, 0.0
     if job["kind"] == "cell" and (path := work / "checkpoint.pt").exists():
         from fed.config import FLConfig
 
@@ -496,18 +514,26 @@ def describe(rows: list[dict[str, Any]]) -> str:
     """``status`` as a table, and a last line: jobs per state and the hours left where a pace is measured."""
     hours = lambda s: "–" if s is None else f"{s / 3600:.1f} h"  # noqa: E731
     table = [("job", "state", "progress", "spent", "left"), *(
-        (r["job"], r["state"], r["progress"], hours(r["spent"]), hours(r["left"])) for r in rows)]  # fmt: skip
+        (r["job"], r["state"], r["progress"], hours(r["spent"]), "≈ " * r["estimated"] + hours(r["left"]))
+        for r in rows)]  # fmt: skip
     widths = [max(len(line[i]) for line in table) for i in range(5)]
     lines = ["  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in table]
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"].split()[0]] = counts.get(r["state"].split()[0], 0) + 1
-    known = [r["left"] for r in rows if r["left"] is not None]
+    paced = sum(r["left"] for r in rows if r["left"] is not None and not r["estimated"])
+    like = [r["left"] for r in rows if r["estimated"]]
     unknown = sum(r["left"] is None for r in rows)
     summary = ", ".join(f"{n} {state}" for state, n in counts.items())
-    lines.append(f"{summary}; ≈ {sum(known) / 3600:.1f} h left at the pace so far"
-                 + (f", and {unknown} job{'s' * (unknown > 1)} not yet timed" if unknown else ""))  # fmt: skip
+    line = f"{summary}; ≈ {paced / 3600:.1f} h left at the pace so far"
+    if like:
+        line += f", ≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: their kind's timed jobs' mean)"
+    lines.append(line + (f", and {_jobs(unknown)} with no estimate" if unknown else ""))
     return "\n".join(lines)
+
+
+def _jobs(n: int) -> str:
+    return f"{n} job{'s' * (n != 1)}"
 
 
 def _log(job: dict[str, Any]):
