@@ -4,6 +4,7 @@ finishes it as if it had never stopped."""
 
 import io
 import json
+import math
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 from conftest import REPO
 
 from fed import campaign
@@ -189,6 +191,49 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
     assert left == ["held"]  # the other campaign's, which ended without releasing it (as if killed)
 
 
+def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tmp_path, monkeypatch):
+    """A GAN stage's clients take different numbers of steps (their schedules and budgets follow their data's
+    size), so its time left is its steps left (each client's budget less what it has done) at its seconds a step;
+    another stage of the plan, not started, is estimated at that pace over its own steps."""
+    monkeypatch.chdir(tmp_path)
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
+    first, second = stages = [j for j in plan["jobs"] if j["kind"] == "stage"]  # seed 0's and seed 1's
+    for stage in stages:  # no budget binds (ε0 = ∞): a client of n ≥ 8 samples takes ⌈3n/8⌉ steps (3 epochs at q = 8/n)
+        stage["args"]["stage"]["params"] |= {"rounds": 3, "batch_size": 8, "epsilon": math.inf}
+
+    def partition(stage) -> list[int]:
+        for job in plan["jobs"]:
+            if job["kind"] in ("data", "partition") and job["out"] in stage["needs"]:
+                assert campaign.run_job(job, time.time() + 600, 1) == "done"
+        clients = json.loads(Path(stage["args"]["partition_file"]).read_text())["clients"]
+        return [math.ceil(3 * len(c["train"]) / min(8, len(c["train"]))) for c in clients]
+
+    budget = partition(first)
+    work = Path(first["args"]["work_dir"])
+    work.mkdir(parents=True)  # client 0 finished at 2 s a step, client 1 stopped after its first step
+    torch.save({"steps": budget[0], "scheduled_steps": budget[0], "epsilon": math.inf, "seconds": 2.0 * budget[0]},
+               work / "client0.pt")  # fmt: skip
+    torch.save({"step": 1, "budget": budget[1], "seconds": 2.0}, work / "client1.state.pt")
+    rows = {r["job"]: r for r in campaign.status(plan)}
+    row, later = rows[first["label"]], rows[second["label"]]
+    steps = f"{budget[0] + 1}/{sum(budget)} steps"
+    assert row["progress"] == f"1/{len(budget)} clients, client 1 at step 1/{budget[1]}, {steps}"
+    assert (row["state"], row["spent"], row["estimated"]) == ("stopped", 2.0 * (budget[0] + 1), False)
+    assert row["left"] == pytest.approx(2.0 * (sum(budget) - budget[0] - 1))
+    # the other stage's partition is not written, so its steps are not known: the mean time of the plan's timed stages
+    assert (later["state"], later["left"], later["estimated"]) == ("waiting", pytest.approx(2.0 * sum(budget)), True)
+    other = partition(second)
+    later = next(r for r in campaign.status(plan) if r["job"] == second["label"])
+    assert (later["spent"], later["left"], later["estimated"]) == (None, pytest.approx(2.0 * sum(other)), True)
+
+    clients = [{"steps": b, "seconds": 3.0 * b} for b in budget]  # finished: its record says what it took
+    Path(first["out"]).parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"clients": clients}, first["out"])
+    row = next(r for r in campaign.status(plan) if r["job"] == first["label"])
+    assert (row["state"], row["progress"], row["spent"], row["left"]) == (
+        "done", f"{len(budget)} clients, {sum(budget):,} steps", 3.0 * sum(budget), 0.0)  # fmt: skip
+
+
 def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other_jobs():
     rows = [
         {"job": "a/cell", "kind": "cell", "state": "stopped", "progress": "round 10/50", "spent": 1800.0,
@@ -207,7 +252,7 @@ def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other
     assert lines[3].split() == ["b/cell", "waiting", "–", "≈", "2.5", "h"]
     last = (
         "1 stopped, 1 running, 1 waiting, 1 ready, 1 done; ≈ 5.0 h left at the pace so far, ≈ 2.5 h for 1 job "
-        "without a pace (≈: their kind's timed jobs' mean), and 1 job with no estimate"
+        "without a pace (≈: at their kind's pace), and 1 job with no estimate"
     )
     assert lines[-1] == last
 

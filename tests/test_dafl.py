@@ -421,6 +421,8 @@ def test_a_stage_s_progress_reads_its_finished_clients_and_the_kept_step_of_a_st
     assert found["finished"] == {0: {k: whole[k] for k in ("steps", "scheduled_steps", "epsilon", "seconds")}}
     assert found["kept"].keys() == {1} and found["kept"][1]["step"] == 1
     assert found["kept"][1]["budget"] == whole["steps"] > 1  # the same data and settings: the same budget
+    # what --status reads of a client not started: the steps the client takes
+    assert PSGSettings(**TINY_GAN).steps(len(y))[2:] == (whole["scheduled_steps"], whole["steps"])
     assert 0 < found["kept"][1]["seconds"]
 
 

@@ -28,6 +28,7 @@ import ctypes
 import fcntl
 import json
 import os
+import pickle
 import signal
 import sys
 import time
@@ -36,7 +37,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing import get_context
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any, NamedTuple, TextIO
 
 PLAN_VERSION = 1
 ATTEMPTS = 2  # pools a job may see die under it before it counts as failed
@@ -416,30 +417,43 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     """Where each of the plan's jobs stands, read from the files (it starts, locks and changes nothing, so it may run
     beside the campaigns): ``state`` — done, running (a campaign holds its lock: ``pid``), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
-    seconds its finished part took; ``left`` — an estimate at the pace measured so far, and for a job without a pace
-    of its own (``estimated``) the mean time of the plan's timed jobs of its kind (cells of its algorithm; stages of
-    its kind), None where there are none. Progress is read for cells (their checkpoint or record) and DA-FL's GAN
-    stages (their clients' files); of other stages (tunings, prefixes) their logs under ``logs/campaign/`` tell."""
-    rows, timed = [], {}
+    seconds its finished part took; ``left`` — its work left (a cell's rounds, a GAN stage's DP-SGD steps) at its
+    own pace so far, and for a job without a pace of its own (``estimated``) at its kind's pace (cells of its
+    algorithm, stages of its kind: their seconds over their rounds or steps), or where its work is not known yet (a
+    stage whose partition is not written) the mean time of its kind's timed jobs; None where there are none.
+    Progress is read for cells (their checkpoint or record) and DA-FL's GAN stages (their clients' files); of other
+    stages (tunings, prefixes) their logs under ``logs/campaign/`` tell."""
+    rows, found = [], []
     for job in plan_["jobs"]:
-        progress, spent, left = _progress(job)
-        if Path(job["out"]).exists():
+        done = Path(job["out"]).exists()
+        found.append(p := _progress(job, done))
+        if done:
             state = "done"
         elif (pid := _holder(job["out"])) is not None:
             state = f"running (pid {pid})"
-        elif spent is not None:
+        elif p.spent is not None:
             state = "stopped"
         else:
             state = "ready" if all(Path(n).exists() for n in job["needs"]) else "waiting"
-        if state == "done":
-            left = 0.0
-        rows.append({"job": job["label"], "kind": job["kind"], "state": state, "progress": progress,
-                     "spent": spent, "left": left, "estimated": False})  # fmt: skip
-        if spent is not None and left is not None:  # a whole job's time, measured or at its own pace
-            timed.setdefault(_kind_of(job), []).append(spent + left)
-    for job, row in zip(plan_["jobs"], rows, strict=True):
-        if row["spent"] is None and row["state"] != "done" and (like := timed.get(_kind_of(job))):
-            row["left"], row["estimated"] = sum(like) / len(like), True
+        left = 0.0 if done else p.left()
+        rows.append({"job": job["label"], "kind": job["kind"], "state": state, "progress": p.words,
+                     "spent": p.spent, "left": left, "estimated": False})  # fmt: skip
+    paced: dict[tuple[str, str], list[tuple[float, int]]] = {}  # kind → (seconds, work) of its paced jobs
+    whole: dict[tuple[str, str], list[float]] = {}  # kind → a timed job's whole time
+    for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
+        if p.spent is not None and p.done:
+            paced.setdefault(_kind_of(job), []).append((p.spent, p.done))
+        if row["spent"] is not None and row["left"] is not None:
+            whole.setdefault(_kind_of(job), []).append(row["spent"] + row["left"])
+    for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
+        if row["left"] is not None or row["state"] == "done":
+            continue
+        kind = _kind_of(job)
+        if p.todo is not None and (pace := paced.get(kind)):
+            row["left"] = sum(t for t, _ in pace) / sum(w for _, w in pace) * p.todo
+        elif row["spent"] is None and (times := whole.get(kind)):
+            row["left"] = sum(times) / len(times)
+        row["estimated"] = row["left"] is not None
     return rows
 
 
@@ -450,48 +464,81 @@ def _kind_of(job: dict[str, Any]) -> tuple[str, str]:
     return job["kind"], job["args"].get("stage", {}).get("kind", "")
 
 
-def _progress(job: dict[str, Any]) -> tuple[str, float | None, float | None]:
-    """(progress, seconds spent, seconds left) of a cell from its record or checkpoint, of a DP-CGAN stage from its
-    clients' files; ("", None, None) where nothing of it is kept."""
+class _Progress(NamedTuple):
+    words: str = ""
+    spent: float | None = None  # seconds its finished part took
+    done: int | None = None  # its work done: a cell's rounds, a GAN stage's DP-SGD steps
+    todo: int | None = None  # its work left, where known
+
+    def left(self) -> float | None:
+        """Seconds left at its own pace; None without one."""
+        return (
+            self.spent / self.done * self.todo
+            if self.spent is not None and self.done and self.todo is not None
+            else None
+        )
+
+
+def _progress(job: dict[str, Any], done: bool) -> _Progress:
+    """A cell's progress from its record or checkpoint, a DP-CGAN stage's from its record or its clients' files;
+    a job with nothing kept has only its work to do, where it is known (a cell's rounds, a stage's steps)."""
     import torch
 
     a, work = job["args"], Path(job["args"].get("work_dir") or "/nonexistent")
-    if job["kind"] == "cell" and (record := Path(job["out"])).exists():
-        try:
-            last = json.loads(record.read_text())
-            return f"round {last['rounds_completed']}, {last['last']['global_acc']:.2f} %", last["wall_seconds"], 0.0
-        except (ValueError, KeyError, TypeError):  # not a record this code writes: done, nothing more to say
-            return "", None, 0.0
-    if job["kind"] == "cell" and (path := work / "checkpoint.pt").exists():
+    if job["kind"] == "cell":
+        if done:
+            try:
+                last = json.loads(Path(job["out"]).read_text())
+                acc, rounds = last["last"]["global_acc"], last["rounds_completed"]
+                return _Progress(f"round {rounds}, {acc:.2f} %", last["wall_seconds"], rounds, 0)
+            except (ValueError, KeyError, TypeError):  # not a record this code writes: done, nothing more to say
+                return _Progress()
         from fed.config import FLConfig
 
+        total = FLConfig.from_preset(a["preset"], a["dataset"]).rounds if "preset" in a else None
+        if not (path := work / "checkpoint.pt").exists():
+            return _Progress(todo=total)
         ckpt = torch.load(path, weights_only=False, map_location="cpu")
-        done, total = ckpt["round"], FLConfig.from_preset(a["preset"], a["dataset"]).rounds
-        spent = ckpt["wall_seconds"]
-        acc = ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
-        words = f"round {done}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
-        return words, spent, spent / done * (total - done) if done else None
-    if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan" and work.is_dir():
-        from fed.dpgan import stage_progress
+        rounds, acc = ckpt["round"], ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
+        words = f"round {rounds}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
+        return _Progress(words, ckpt["wall_seconds"], rounds, None if total is None else total - rounds)
+    if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan":
+        return _gan_progress(job, done, work)
+    return _Progress()
 
-        clients = json.loads(Path(a["partition_file"]).read_text())["num_clients"]
-        found = stage_progress(work)
-        finished, kept = found["finished"], found["kept"]
-        if not finished and not kept:
-            return "", None, None
-        spent = sum(r["seconds"] for r in [*finished.values(), *kept.values()])
-        words = [f"{len(finished)}/{clients} clients"]
-        words += [f"client {k} at step {r['step']}" + (f"/{r['budget']}" if "budget" in r else "")
-                  for k, r in sorted(kept.items())]  # fmt: skip
-        per_client = sum(r["seconds"] for r in finished.values()) / len(finished) if finished else None
-        left = None
-        if per_client is not None:  # a client not started: the finished ones' mean; a kept one: its own pace
-            left = per_client * (clients - len(finished) - len(kept))
-            for r in kept.values():
-                own = r["seconds"] / r["step"] * (r["budget"] - r["step"]) if "budget" in r and r["step"] else None
-                left += own if own is not None else max(per_client - r["seconds"], 0.0)
-        return ", ".join(words), spent, left
-    return "", None, None
+
+def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
+    """A DA-FL GAN stage: its clients finished and the step each stopped one kept, against the steps each client's
+    schedule and budget allow (``PSGSettings.steps`` of its training split's size)."""
+    import torch
+
+    from fed.dpgan import PSGSettings, stage_progress
+
+    if done:
+        try:
+            clients = torch.load(job["out"], weights_only=False, map_location="cpu")["clients"]
+            steps = sum(c["steps"] for c in clients)
+            return _Progress(f"{len(clients)} clients, {steps:,} steps", sum(c["seconds"] for c in clients), steps, 0)
+        except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):  # not a stage this code wrote
+            return _Progress()
+    if not Path(partition := job["args"]["partition_file"]).exists():
+        return _Progress()
+    settings = PSGSettings.from_params(job["args"]["stage"]["params"])
+    sizes = [len(c["train"]) for c in json.loads(Path(partition).read_text())["clients"]]
+    budget = {k: settings.steps(n)[3] for k, n in enumerate(sizes)}
+    found = stage_progress(work) if work.is_dir() else {"finished": {}, "kept": {}}
+    finished, kept = found["finished"], found["kept"]
+    for k, r in finished.items():
+        budget[k] = r["steps"]
+    steps = sum(r["steps"] for r in finished.values()) + sum(r["step"] for r in kept.values())
+    todo = sum(budget.values()) - steps
+    if not finished and not kept:
+        return _Progress(todo=todo)
+    words = [f"{len(finished)}/{len(sizes)} clients"]
+    words += [f"client {k} at step {r['step']}/{budget[k]}" for k, r in sorted(kept.items())]
+    words += [f"{steps:,}/{sum(budget.values()):,} steps"]
+    spent = sum(r["seconds"] for r in [*finished.values(), *kept.values()])
+    return _Progress(", ".join(words), spent, steps, todo)
 
 
 def _holder(out: str) -> int | None:
@@ -527,7 +574,7 @@ def describe(rows: list[dict[str, Any]]) -> str:
     summary = ", ".join(f"{n} {state}" for state, n in counts.items())
     line = f"{summary}; ≈ {paced / 3600:.1f} h left at the pace so far"
     if like:
-        line += f", ≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: their kind's timed jobs' mean)"
+        line += f", ≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: at their kind's pace)"
     lines.append(line + (f", and {_jobs(unknown)} with no estimate" if unknown else ""))
     return "\n".join(lines)
 

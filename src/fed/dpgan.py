@@ -107,6 +107,14 @@ class PSGSettings:
     def private(self) -> bool:
         return math.isfinite(self.epsilon)
 
+    def steps(self, n: int) -> tuple[float, float, int, int]:
+        """(q, expected batch, scheduled steps, steps within ε0) of a client of ``n`` samples: the one rate q of
+        Algorithm 2's masks (line 4), its accountant and its stop rule (lines 19-20)."""
+        q, expected_batch, per_epoch = sample_rate(n, self.batch_size, self.sampling)
+        scheduled = math.ceil(self.rounds * (per_epoch if self.schedule == "epochs" else 1))
+        budget = steps_within_budget(self.epsilon, q, self.noise_multiplier, self.delta, scheduled)
+        return q, expected_batch, scheduled, budget
+
 
 def sample_rate(n: int, batch_size: int, sampling: str = "batch") -> tuple[float, float, float]:
     """(q, expected batch, steps per epoch) for |D| = n: "batch" q = B/n (at most 1), expected batch qn = B, n/B steps
@@ -310,7 +318,7 @@ def train_psg(
     opt_d = torch.optim.Adam(D.parameters(), lr=settings.lr, betas=(settings.beta1, settings.beta2))
     # q: the one Poisson rate of the masks (line 4), the accountant and the stop rule (lines 19-20); a rate read
     # differently in any of them would spend a budget other than the one recorded
-    q, expected_batch, per_epoch = sample_rate(n, settings.batch_size, settings.sampling)
+    q, expected_batch, scheduled, budget = settings.steps(n)
     sigma = settings.noise_multiplier if settings.private else 0.0
     # what PrivacyEngine.make_private assembles, at the rate q (make_private fixes q = 1/len(loader)); the
     # Poisson masks are drawn in the loop (line 4)
@@ -325,8 +333,6 @@ def train_psg(
     )
     accountant = RDPAccountant()
     opt_d.attach_step_hook(accountant.get_optimizer_hook_fn(sample_rate=q))
-    scheduled = math.ceil(settings.rounds * (per_epoch if settings.schedule == "epochs" else 1))
-    budget = steps_within_budget(settings.epsilon, q, settings.noise_multiplier, settings.delta, scheduled)
     masks, z_gen = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 3)
     real, fake = 1.0, 0.0
     streams = {"masks": masks, "z": z_gen, "noise": opt_d.generator}
