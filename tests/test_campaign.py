@@ -234,6 +234,19 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
         "done", f"{len(budget)} clients, {sum(budget):,} steps", 3.0 * sum(budget), 0.0)  # fmt: skip
 
 
+def test_status_says_where_a_cell_diverged(tmp_path, monkeypatch):
+    """A diverged cell is done (its record says so, as the workflow's): its row says the round, not an accuracy."""
+    monkeypatch.chdir(tmp_path)
+    out = Path("runs/x/metrics.json")
+    out.parent.mkdir(parents=True)
+    record = {"diverged": True, "diverged_round": 3, "rounds_completed": 3, "last": {"global_acc": None},
+              "wall_seconds": 356.0}  # fmt: skip
+    out.write_text(json.dumps(record))
+    job = {"kind": "cell", "out": str(out), "rank": [0, 0, 1], "needs": [], "label": "x", "args": {}}
+    [row] = campaign.status({"version": campaign.PLAN_VERSION, "jobs": [job]})
+    assert (row["state"], row["progress"], row["spent"], row["left"]) == ("done", "diverged in round 3", 356.0, 0.0)
+
+
 def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other_jobs():
     rows = [
         {"job": "a/cell", "kind": "cell", "state": "stopped", "progress": "round 10/50", "spent": 1800.0,

@@ -490,7 +490,12 @@ def _progress(job: dict[str, Any], done: bool) -> _Progress:
             try:
                 last = json.loads(Path(job["out"]).read_text())
                 acc, rounds = last["last"]["global_acc"], last["rounds_completed"]
-                return _Progress(f"round {rounds}, {acc:.2f} %", last["wall_seconds"], rounds, 0)
+                words = (
+                    f"diverged in round {last['diverged_round']}"
+                    if last["diverged"]
+                    else f"round {rounds}, {acc:.2f} %"
+                )
+                return _Progress(words, last["wall_seconds"], rounds, 0)
             except (ValueError, KeyError, TypeError):  # not a record this code writes: done, nothing more to say
                 return _Progress()
         from fed.config import FLConfig
