@@ -6,6 +6,7 @@ import io
 import json
 import math
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -178,8 +179,15 @@ def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, 
         plan = {"version": campaign.PLAN_VERSION, "jobs": jobs}
         outcome = campaign.run(plan, minutes=5, jobs=1, work=finish, log=log)
         states = {r["job"]: r["state"] for r in campaign.status(plan)}
+        holder.send_signal(signal.SIGSTOP)  # the other campaign paused: it still holds "held"
+        os.waitpid(holder.pid, os.WUNTRACED)  # returns once it is stopped
+        try:
+            paused = {r["job"]: r["state"] for r in campaign.status(plan)}["held"]
+        finally:
+            holder.send_signal(signal.SIGCONT)
     finally:
         holder.communicate("")
+    assert paused == f"paused (pid {holder.pid})"
     assert states == {"held": f"running (pid {holder.pid})", "after_held": "waiting", "free": "done", "gone": "done"}
     assert outcome["elsewhere"] == ["held"] and outcome["waiting"] == ["after_held"]
     last = log.getvalue().splitlines()[-1]  # the four jobs, each counted once

@@ -415,7 +415,8 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
 # -------------------------------------------------------------------------------------------------------- status
 def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     """Where each of the plan's jobs stands, read from the files (it starts, locks and changes nothing, so it may run
-    beside the campaigns): ``state`` — done, running (a campaign holds its lock: ``pid``), stopped (partly done,
+    beside the campaigns): ``state`` — done, running (a campaign holds its lock: ``pid``), paused (that campaign is
+    stopped, ``kill -STOP``: it holds the job and does not run it), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
     seconds its finished part took; ``left`` — its work left (a cell's rounds, a GAN stage's DP-SGD steps) at its
     own pace so far, and for a job without a pace of its own (``estimated``) at its kind's pace (cells of its
@@ -430,7 +431,7 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
         if done:
             state = "done"
         elif (pid := _holder(job["out"])) is not None:
-            state = f"running (pid {pid})"
+            state = f"{'paused' if _paused(pid) else 'running'} (pid {pid})"
         elif p.spent is not None:
             state = "stopped"
         else:
@@ -558,6 +559,14 @@ def _holder(out: str) -> int | None:
         if len(fields) > 5 and fields[1] == "FLOCK" and fields[5] == inode:
             return int(fields[4])
     return None
+
+
+def _paused(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (``kill -STOP``; Linux, else False)."""
+    try:  # "7682 (python) T 1 …": the state follows the command's closing parenthesis
+        return Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
 
 
 def describe(rows: list[dict[str, Any]]) -> str:
