@@ -141,6 +141,13 @@ def test_fedmix_and_naivemix_by_hand():
     # d ce_y / d x' = W^T (p - e_0) = 1*(p0 - 1) + 0 = p0 - 1; Taylor term = (p0 - 1) * x_bar
     expected = 0.5 * ce_y + 0.5 * ce_bar + 0.5 * (p0 - 1) * 1.0
     assert fedmix_loss(model, x, y, xb, yb, 0.5).item() == pytest.approx(expected, rel=1e-6)
+    # the public code's Taylor term: × (1 − λ)/B; B = 2 (the sample twice), λ = 0.25: input 1.5, logits [1.5, 0]
+    r0 = math.exp(1.5) / (math.exp(1.5) + 1)
+    code = 0.75 * -math.log(r0) + 0.25 * -math.log(1 - r0) + 0.25 * (r0 - 1) * 1.0 * 0.75 / 2
+    got = fedmix_loss(model, x.repeat(2, 1), T([0, 0]), xb.repeat(2, 1), yb.repeat(2, 1), 0.25, "code")
+    assert got.item() == pytest.approx(code, rel=1e-6)
+    with pytest.raises(ValueError, match="fedmix: taylor_term must be one of"):
+        build_algorithm("fedmix", taylor_term="Code")
     # NaiveMix: input 0.5*2 + 0.5*1 = 1.5 -> logits [1.5, 0]; target [0.5, 0.5]
     q0 = math.exp(1.5) / (math.exp(1.5) + 1)
     half = -0.5 * math.log(q0) - 0.5 * math.log(1 - q0)

@@ -160,6 +160,22 @@ def fedmix_paper_loss(lam):
     return loss
 
 
+def fedmix_code_loss(lam):
+    """FedMix as LINs-lab/FedBR (6c4c539, ``fedbr/algorithms.py`` ``FedMix.update``) computes it: loss1 = (1 − λ)
+    mean CE(f(u), y) at u = (1 − λ)x, loss2 = −λ Σ ȳ log softmax f(u) / B, loss3 = Σ λ (∂loss1/∂u) x̄ / B."""
+
+    def loss(net, xb, yb, xbar, ybar, gen):
+        u = ((1 - lam) * xb).requires_grad_(True)
+        out = net(u)
+        loss1 = (1 - lam) * F.cross_entropy(out, yb)
+        loss2 = -lam * torch.sum(F.log_softmax(out, 1) * ybar) / len(ybar)
+        (grad,) = torch.autograd.grad(loss1, u, create_graph=True)
+        loss3 = torch.sum(lam * grad * xbar) / len(ybar)
+        return loss1 + loss2 + loss3
+
+    return loss
+
+
 def naivemix_loss(lam, lam_beta=None):
     """NaiveMix (FedMix paper; Flower's ``NaiveMixClient``): x̃ = (1 − λ)x + λx̄, loss (1 − λ)ℓ(f(x̃), y) + λℓ(f(x̃), ȳ).
     With ``lam_beta`` = a (FLea's code), λ_i ~ Beta(a, a) per sample from a numpy stream seeded by the client's
@@ -183,11 +199,12 @@ def naivemix_loss(lam, lam_beta=None):
     "method, params_, reference",
     [
         ("fedmix", {"lam": 0.3}, fedmix_paper_loss(0.3)),
+        ("fedmix", {"lam": 0.3, "taylor_term": "code"}, fedmix_code_loss(0.3)),
         ("naivemix", {"lam": 0.3}, naivemix_loss(0.3)),
         ("naivemix", {"lam_beta": 2.0}, naivemix_loss(None, lam_beta=2.0)),
         ("naivemix", {"lam": 0.3, "share_fraction": 0.5}, naivemix_loss(0.3)),
     ],
-    ids=["fedmix", "naivemix", "naivemix_beta", "naivemix_half_shared"],
+    ids=["fedmix", "fedmix_code", "naivemix", "naivemix_beta", "naivemix_half_shared"],
 )
 def test_fedmix_and_naivemix_are_the_papers_losses_on_other_clients_means(monkeypatch, method, params_, reference):
     size = 3

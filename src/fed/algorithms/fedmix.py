@@ -7,6 +7,11 @@ During local training each sample (x, y) is paired with a random mean (x̄, ȳ) 
     FedMix     (1−λ) ℓ(f((1−λ)x), y) + λ ℓ(f((1−λ)x), ȳ) + λ ⟨∂ℓ(f((1−λ)x), y)/∂x, x̄⟩
                (the first-order Taylor approximation of the global mixup loss, Eq. 6)
 
+The paper's Taylor term (``taylor_term: paper``, the default) is λ · mean_i ⟨∂ℓ_i/∂u, x̄_i⟩ at the model's input
+u = (1−λ)x. No authors' code is public; the public implementations (LINs-lab/FedBR ``fedbr/algorithms.py``
+``FedMix.update``, smduan/FedMix ``fedavg/client.py``) take the gradient of the (1−λ)-weighted batch-mean loss and
+average the inner products over the batch once more: the paper's term × (1−λ)/B (``taylor_term: code``).
+
 FedMix averages all of a client's data; ``share_fraction`` < 1 averages only a random fraction of it (FLea Fig. 6,
 right: accuracy against the proportion of shared augmentations).
 """
@@ -36,9 +41,14 @@ def input_gradient(model, x, y) -> tuple[torch.Tensor, torch.Tensor]:
     return grad(ce, has_aux=True)(x.detach(), dict(model.named_buffers()))
 
 
-def fedmix_loss(model, x, y, x_bar, y_bar, lam: float) -> torch.Tensor:
+TAYLOR_TERMS = ("paper", "code")
+
+
+def fedmix_loss(model, x, y, x_bar, y_bar, lam: float, taylor_term: str = "paper") -> torch.Tensor:
     grad_x, logits = input_gradient(model, (1 - lam) * x, y)
     taylor = (grad_x * x_bar).sum()  # = mean_i ⟨∂ℓ_i/∂x, x̄_i⟩
+    if taylor_term == "code":  # ∂ of the (1−λ)-weighted mean loss, its inner products averaged once more
+        taylor = taylor * (1 - lam) / len(y)
     return (1 - lam) * F.cross_entropy(logits, y) + lam * soft_cross_entropy(logits, y_bar) + lam * taylor
 
 
@@ -89,15 +99,23 @@ class MeanSharing(Algorithm):
 
 
 class FedMix(MeanSharing):
+    """``taylor_term``: ``paper`` (Eq. 6) or ``code`` (the public implementations' scale, × (1−λ)/B)."""
+
     name = "fedmix"
     vectorise = True
+
+    def __init__(self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0, taylor_term="paper"):
+        super().__init__(lam, mean_batch, share_fraction)
+        if taylor_term not in TAYLOR_TERMS:
+            raise ValueError(f"fedmix: taylor_term must be one of {TAYLOR_TERMS}, got {taylor_term!r}")
+        self.taylor_term = taylor_term
 
     def step_draws(self, model, x, y, local, ctx):
         x_bar, y_bar = self.draw(local, len(y))
         return {"x_bar": x_bar, "y_bar": y_bar}
 
     def local_loss(self, model, x, y, local, ctx):
-        return fedmix_loss(model, x, y, local.draws["x_bar"], local.draws["y_bar"], self.lam)
+        return fedmix_loss(model, x, y, local.draws["x_bar"], local.draws["y_bar"], self.lam, self.taylor_term)
 
 
 class NaiveMix(MeanSharing):
