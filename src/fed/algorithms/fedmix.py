@@ -104,7 +104,9 @@ class FedMix(MeanSharing):
     name = "fedmix"
     vectorise = True
 
-    def __init__(self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0, taylor_term="paper"):
+    def __init__(
+        self, lam: float = 0.05, mean_batch: int = 10, share_fraction: float = 1.0, taylor_term: str = "paper"
+    ):
         super().__init__(lam, mean_batch, share_fraction)
         if taylor_term not in TAYLOR_TERMS:
             raise ValueError(f"fedmix: taylor_term must be one of {TAYLOR_TERMS}, got {taylor_term!r}")
