@@ -88,11 +88,12 @@ def test_a_cell_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run,
     assert not (out / "metrics.json").exists() and any(Path(fedavg["args"]["work_dir"]).iterdir())
     rows = {r["job"]: r for r in campaign.status(plan)}
     row = rows[fedavg["label"]]
-    assert (row["state"], row["progress"][:11]) == ("stopped", "round 1/2, ") and row["left"] == row["spent"] > 0
-    assert not row["estimated"]
-    later = rows["smoke_dafl/synthetic/1-label/fedavg/seed1"]  # not started: as long as its algorithm's timed cell
+    [first] = torch.load(Path(fedavg["args"]["work_dir"]) / "checkpoint.pt", weights_only=False)["history"]
+    assert (row["state"], row["progress"][:11]) == ("stopped", "round 1/2, ") and row["spent"] >= first["seconds"]
+    assert row["left"] == first["seconds"] > 0 and not row["estimated"]  # one round left at its round's pace
+    later = rows["smoke_dafl/synthetic/1-label/fedavg/seed1"]  # not started: at its algorithm's timed cell's pace
     assert (later["state"], later["spent"], later["estimated"]) == ("waiting", None, True)
-    assert later["left"] == 2 * row["spent"]
+    assert later["left"] == 2 * first["seconds"]
     campaign.write_plan(plan, "plan.json")
     proc = fed("campaign", "--plan", "plan.json", "--status", cwd=tmp_path)  # beside a campaign: reads only
     assert fedavg["label"] in proc.stdout and "round 1/2" in proc.stdout and "stopped" in proc.stdout
@@ -240,6 +241,31 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     row = next(r for r in campaign.status(plan) if r["job"] == first["label"])
     assert (row["state"], row["progress"], row["spent"], row["left"]) == (
         "done", f"{len(budget)} clients, {sum(budget):,} steps", 3.0 * sum(budget), 0.0)  # fmt: skip
+
+
+def test_a_paused_round_does_not_set_a_cell_s_pace(tmp_path, monkeypatch):
+    """A campaign stopped with ``kill -STOP`` for an hour stretches one round's wall time, not the pace: a
+    cell's time left is its rounds left at its median round; a finished cell of the algorithm paces the ones not
+    started."""
+    monkeypatch.chdir(tmp_path)
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
+    args = next(j for j in plan["jobs"] if j["label"] == "smoke_dafl/synthetic/1-label/fedavg/seed0")["args"]
+    args = args | {"preset": args["preset"] | {"rounds": 10}}
+    jobs = [{"kind": "cell", "out": f"runs/{name}/metrics.json", "rank": [0, 0, 1], "needs": [], "label": name,
+             "args": args | {"work_dir": f"work/{name}"}} for name in ("stopped", "done", "later")]  # fmt: skip
+    Path("work/stopped").mkdir(parents=True)
+    seconds = [10.0, 12.0, 3600.0, 11.0]  # round 3 paused for an hour
+    history = [{"seconds": t, "global_acc": 50.0} for t in seconds]
+    torch.save({"round": 4, "history": history, "wall_seconds": 3650.0}, "work/stopped/checkpoint.pt")
+    Path("runs/done").mkdir(parents=True)
+    record = {"diverged": False, "rounds_completed": 3, "last": {"global_acc": 60.0}, "wall_seconds": 7220.0,
+              "history": [{"seconds": 20.0}, {"seconds": 7180.0}, {"seconds": 20.0}]}  # fmt: skip
+    Path("runs/done/metrics.json").write_text(json.dumps(record))
+    rows = {r["job"]: r for r in campaign.status({"version": campaign.PLAN_VERSION, "jobs": jobs})}
+    assert (rows["stopped"]["spent"], rows["stopped"]["left"]) == (3650.0, 11.5 * 6)  # median of 10, 11, 12, 3600
+    assert (rows["done"]["spent"], rows["done"]["left"]) == (7220.0, 0.0)
+    # the kind's pace: 11.5 s over 4 rounds and 20 s over 3, weighted by rounds, times the 10 rounds to run
+    assert rows["later"]["left"] == pytest.approx((11.5 * 4 + 20.0 * 3) / 7 * 10) and rows["later"]["estimated"]
 
 
 def test_status_says_where_a_cell_diverged(tmp_path, monkeypatch):

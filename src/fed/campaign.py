@@ -30,6 +30,7 @@ import json
 import os
 import pickle
 import signal
+import statistics
 import sys
 import time
 from collections.abc import Callable
@@ -419,9 +420,11 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     stopped, ``kill -STOP``: it holds the job and does not run it), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
     seconds its finished part took; ``left`` — its work left (a cell's rounds, a GAN stage's DP-SGD steps) at its
-    own pace so far, and for a job without a pace of its own (``estimated``) at its kind's pace (cells of its
-    algorithm, stages of its kind: their seconds over their rounds or steps), or where its work is not known yet (a
-    stage whose partition is not written) the mean time of its kind's timed jobs; None where there are none.
+    own pace so far (a cell's median round, a stage's median client's seconds a step: a campaign paused with
+    ``kill -STOP`` stops the clock of one round or one client, not the pace), and for a job without a pace of its
+    own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
+    rounds or steps), or where its work is not known yet (a stage whose partition is not written) the mean time of
+    its kind's timed jobs; None where there are none.
     Progress is read for cells (their checkpoint or record) and DA-FL's GAN stages (their clients' files); of other
     stages (tunings, prefixes) their logs under ``logs/campaign/`` tell."""
     rows, found = [], []
@@ -442,8 +445,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     paced: dict[tuple[str, str], list[tuple[float, int]]] = {}  # kind → (seconds, work) of its paced jobs
     whole: dict[tuple[str, str], list[float]] = {}  # kind → a timed job's whole time
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
-        if p.spent is not None and p.done:
-            paced.setdefault(_kind_of(job), []).append((p.spent, p.done))
+        if p.rate() is not None:
+            paced.setdefault(_kind_of(job), []).append((p.rate() * p.done, p.done))
         if row["spent"] is not None and row["left"] is not None:
             whole.setdefault(_kind_of(job), []).append(row["spent"] + row["left"])
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
@@ -470,14 +473,23 @@ class _Progress(NamedTuple):
     spent: float | None = None  # seconds its finished part took
     done: int | None = None  # its work done: a cell's rounds, a GAN stage's DP-SGD steps
     todo: int | None = None  # its work left, where known
+    pace: float | None = None  # seconds a unit of its work, where measured more robustly than spent / done
+
+    def rate(self) -> float | None:
+        """Its seconds a round or a step; None before any is done."""
+        if self.pace is not None:
+            return self.pace
+        return self.spent / self.done if self.spent is not None and self.done else None
 
     def left(self) -> float | None:
         """Seconds left at its own pace; None without one."""
-        return (
-            self.spent / self.done * self.todo
-            if self.spent is not None and self.done and self.todo is not None
-            else None
-        )
+        return None if self.rate() is None or self.todo is None else self.rate() * self.todo
+
+
+def _median_round(history: list[dict[str, Any]]) -> float | None:
+    """A cell's seconds a round: the median of its rounds' (one paused round does not move it)."""
+    seconds = [r["seconds"] for r in history if "seconds" in r]
+    return statistics.median(seconds) if seconds else None
 
 
 def _progress(job: dict[str, Any], done: bool) -> _Progress:
@@ -496,7 +508,7 @@ def _progress(job: dict[str, Any], done: bool) -> _Progress:
                     if last["diverged"]
                     else f"round {rounds}, {acc:.2f} %"
                 )
-                return _Progress(words, last["wall_seconds"], rounds, 0)
+                return _Progress(words, last["wall_seconds"], rounds, 0, _median_round(last.get("history", [])))
             except (ValueError, KeyError, TypeError):  # not a record this code writes: done, nothing more to say
                 return _Progress()
         from fed.config import FLConfig
@@ -507,7 +519,8 @@ def _progress(job: dict[str, Any], done: bool) -> _Progress:
         ckpt = torch.load(path, weights_only=False, map_location="cpu")
         rounds, acc = ckpt["round"], ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
         words = f"round {rounds}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
-        return _Progress(words, ckpt["wall_seconds"], rounds, None if total is None else total - rounds)
+        left = None if total is None else total - rounds
+        return _Progress(words, ckpt["wall_seconds"], rounds, left, _median_round(ckpt["history"]))
     if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan":
         return _gan_progress(job, done, work)
     return _Progress()
@@ -541,8 +554,10 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
     words = [f"{len(finished)}/{len(sizes)} clients"]
     words += [f"client {k} at step {r['step']}/{budget[k]}" for k, r in sorted(kept.items())]
     words += [f"{steps:,}/{sum(budget.values()):,} steps"]
-    spent = sum(r["seconds"] for r in [*finished.values(), *kept.values()])
-    return _Progress(", ".join(words), spent, steps, todo)
+    ran = [(r["seconds"], r["steps"]) for r in finished.values()] + [(r["seconds"], r["step"]) for r in kept.values()]
+    paces = [seconds / n for seconds, n in ran if n]
+    spent = sum(seconds for seconds, _ in ran)
+    return _Progress(", ".join(words), spent, steps, todo, statistics.median(paces) if paces else None)
 
 
 def _holder(out: str) -> int | None:
