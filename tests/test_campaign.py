@@ -235,6 +235,13 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     later = next(r for r in campaign.status(plan) if r["job"] == second["label"])
     assert (later["spent"], later["left"], later["estimated"]) == (None, pytest.approx(2.0 * sum(other)), True)
 
+    torch.save({"step": 1, "budget": budget[2], "seconds": 3600.0}, work / "client2.state.pt")  # paused an hour
+    row = next(r for r in campaign.status(plan) if r["job"] == first["label"])  # the median client's pace: 2 s a step
+    assert (row["spent"], row["left"]) == (
+        2.0 * (budget[0] + 1) + 3600.0,
+        pytest.approx(2.0 * (sum(budget) - budget[0] - 2)),
+    )
+
     clients = [{"steps": b, "seconds": 3.0 * b} for b in budget]  # finished: its record says what it took
     Path(first["out"]).parent.mkdir(parents=True, exist_ok=True)
     torch.save({"clients": clients}, first["out"])
