@@ -12,11 +12,12 @@
 #   there:  bash scripts/device_campaign.sh campaign.json 8 4 4   # PLAN MINUTES [JOBS] [THREADS]
 #           (the device tool's run, carrying data/fmnist/tensors.pt.gz, partitions and .whl; on an H200, 8 jobs and
 #           5 threads ran 4 FedProx cells at 16 s a round beside 3 GAN stages of 5 clients at once: a 50-round DA-FL
-#           cell is ≈ 13 min there, so it finishes in a second call on the warm machine or back here)
+#           cell is ≈ 13 min there, so it finishes in a second call on the warm machine)
 #   back:   tar xzf <files_at>/runs.tgz && python -m fed export-reference results reference/dafl_fmnist
-#           cat <files_at>/partial.tgz.* | tar xz    # unfinished work, if any: resume it here or on the next GPU
-#           python -m fed campaign --plan campaign.json --minutes N    # at the same commit (a checkpoint of other
-#                                                                      # code is not resumed); it records both machines
+#           cat <files_at>/partial.tgz.* | tar xz    # unfinished work, if any: keep it for the next GPU
+#           python -m fed campaign --plan campaign.json --minutes N    # there, at the same commit and THREADS: a
+#           # run's identity holds its code, device kind and threads (a GAN client's, its code and device kind), so
+#           # a CPU starts a GPU's unfinished cell afresh; a resumed cell records both machines
 #
 # The device has PyTorch and no network (no Snakemake, MLflow, Opacus or dp-accounting): the wheels in .whl/ (Opacus
 # for DA-FL's GAN stages, dp-accounting for FedDPMS' noise; their own dependencies are there) are installed first.
