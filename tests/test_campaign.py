@@ -229,6 +229,7 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     assert row["progress"] == f"1/{len(budget)} clients, client 1 at step 1/{budget[1]}, {steps}"
     assert (row["state"], row["spent"], row["estimated"]) == ("stopped", 2.0 * (budget[0] + 1), False)
     assert row["left"] == pytest.approx(2.0 * (sum(budget) - budget[0] - 1))
+    assert row["summed"] and not any(r["summed"] for r in rows.values() if r["kind"] != "stage")  # clients' seconds
     # the other stage's partition is not written, so its steps are not known: the mean time of the plan's timed stages
     assert (later["state"], later["left"], later["estimated"]) == ("waiting", pytest.approx(2.0 * sum(budget)), True)
     other = partition(second)
@@ -293,7 +294,7 @@ def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other
         {"job": "a/cell", "kind": "cell", "state": "stopped", "progress": "round 10/50", "spent": 1800.0,
          "left": 7200.0},
         {"job": "a/stage", "kind": "stage", "state": "running (pid 7)", "progress": "2/10 clients", "spent": 5400.0,
-         "left": 10800.0},
+         "left": 10800.0, "summed": True},
         {"job": "b/cell", "kind": "cell", "state": "waiting", "progress": "", "spent": None, "left": 9000.0,
          "estimated": True},
         {"job": "b/data", "kind": "data", "state": "ready", "progress": "", "spent": None, "left": None},
@@ -308,7 +309,8 @@ def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other
         "1 stopped, 1 running, 1 waiting, 1 ready, 1 done; ≈ 5.0 h left at the pace so far, ≈ 2.5 h for 1 job "
         "without a pace (≈: at their kind's pace), and 1 job with no estimate"
     )
-    assert lines[-1] == last
+    assert lines[-2:] == [last, campaign.GAN_HOURS]
+    assert campaign.describe(rows[:1] + rows[2:]).splitlines()[-1].startswith("1 stopped, 1 waiting")  # no stage
 
 
 LINGER = """

@@ -424,7 +424,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     ``kill -STOP`` stops the clock of one round or one client, not the pace), and for a job without a pace of its
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
     rounds or steps), or where its work is not known yet (a stage whose partition is not written) the mean time of
-    its kind's timed jobs; None where there are none.
+    its kind's timed jobs; None where there are none; ``summed`` — a DA-FL GAN stage, whose seconds are its
+    clients', each on one thread, summed (it trains ``--threads`` of them at once).
     Progress is read for cells (their checkpoint or record) and DA-FL's GAN stages (their clients' files); of other
     stages (tunings, prefixes) their logs under ``logs/campaign/`` tell."""
     rows, found = [], []
@@ -441,7 +442,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
             state = "ready" if all(Path(n).exists() for n in job["needs"]) else "waiting"
         left = 0.0 if done else p.left()
         rows.append({"job": job["label"], "kind": job["kind"], "state": state, "progress": p.words,
-                     "spent": p.spent, "left": left, "estimated": False})  # fmt: skip
+                     "spent": p.spent, "left": left, "estimated": False,
+                     "summed": _kind_of(job) == ("stage", "dp_cgan")})  # fmt: skip
     paced: dict[tuple[str, str], list[tuple[float, int]]] = {}  # kind → (seconds, work) of its paced jobs
     whole: dict[tuple[str, str], list[float]] = {}  # kind → a timed job's whole time
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
@@ -584,8 +586,15 @@ def _paused(pid: int) -> bool:
         return False
 
 
+GAN_HOURS = (
+    "(a GAN stage's hours are its clients' summed, each on one thread: it trains --threads of them at once, so its "
+    "clock time is about its hours over that)"
+)
+
+
 def describe(rows: list[dict[str, Any]]) -> str:
-    """``status`` as a table, and a last line: jobs per state and the hours left where a pace is measured."""
+    """``status`` as a table, and a line of jobs per state and the hours left where a pace is measured (a DA-FL GAN
+    stage's are its clients' summed, which ``GAN_HOURS`` says below it where one has a measured pace or work)."""
     hours = lambda s: "–" if s is None else f"{s / 3600:.1f} h"  # noqa: E731
     table = [("job", "state", "progress", "spent", "left"), *(
         (r["job"], r["state"], r["progress"], hours(r["spent"]), "≈ " * r["estimated"] + hours(r["left"]))
@@ -603,6 +612,8 @@ def describe(rows: list[dict[str, Any]]) -> str:
     if like:
         line += f", ≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: at their kind's pace)"
     lines.append(line + (f", and {_jobs(unknown)} with no estimate" if unknown else ""))
+    if any(r.get("summed") for r in rows):
+        lines.append(GAN_HOURS)
     return "\n".join(lines)
 
 
