@@ -22,6 +22,7 @@ from fed.dpgan import (
     PSGSettings,
     epsilon_after,
     generate,
+    longest_first,
     sample_rate,
     steps_within_budget,
     to_gan_space,
@@ -228,6 +229,15 @@ def test_no_step_fits_a_budget_below_one_steps_cost_and_infinite_budget_adds_no_
     assert none.steps == 0 and none.epsilon == 0.0 and none.stopped_by_budget
     free = train_psg(x, y, 3, PSGSettings(**{**TINY_GAN, "epsilon": math.inf}), seed=0)
     assert free.steps == free.scheduled_steps and free.epsilon == math.inf
+
+
+def test_a_stage_trains_its_clients_with_the_most_steps_left_first():
+    # ε0 = ∞, 3 epochs of q = 8/n: ⌈3n/8⌉ steps. n = 16, 40, 8, 40, 16: 6, 15, 3, 15, 6 steps; client 3 kept step 10
+    settings = PSGSettings(rounds=3, batch_size=8, epsilon=math.inf)
+    assert [settings.steps(n)[3] for n in (16, 40, 8)] == [6, 15, 3]
+    left = longest_first([0, 1, 2, 3, 4], [16, 40, 8, 40, 16], settings, {3: {"step": 10}, 2: {"budget": 3}})
+    assert left == [1, 0, 4, 3, 2]  # 15, 6, 6 (a tie in the clients' order), 5, 3
+    assert longest_first([2, 0], [16, 40, 8], settings, {}) == [0, 2]  # only the clients asked for
 
 
 def test_pls_probabilities_by_hand():

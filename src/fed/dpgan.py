@@ -514,6 +514,16 @@ def stage_progress(work_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
     return {"finished": finished, "kept": {k: v for k, v in kept.items() if k not in finished}}
 
 
+def longest_first(
+    clients: list[int], sizes: list[int], settings: PSGSettings, kept: dict[int, dict[str, Any]]
+) -> list[int]:
+    """``clients`` by their DP-SGD steps left (their budget, ``PSGSettings.steps``, less a kept state's step), most
+    first: trained some at a time, they then end about together (Dir(0.05)'s ten clients, 118-1,590 steps, two at a
+    time: 3,840 steps of clock in this order, 4,630 in the clients' order). Ties keep their order."""
+    left = {k: settings.steps(sizes[k])[3] - kept.get(k, {}).get("step", 0) for k in clients}
+    return sorted(clients, key=lambda k: -left[k])
+
+
 def client_request(
     ctx: Context, dataset: str, settings: PSGSettings, k: int, work_dir: Path, stop_at: float | None = None
 ) -> dict[str, Any]:
@@ -530,9 +540,10 @@ def client_request(
 def run_stage(job: Any) -> None:
     """The ``dp_cgan`` stage of a ``fed.runner.StageJob`` (``fed.runner.stage_runner``; not imported here: the
     runner loads this module, not the other way round): DA-FL's PSG (Algorithm 2) at every client, on its own
-    training split: one DP-CGAN each, ``job.threads`` clients at a time (``train_clients``). Writes the generators
-    and each one's DP-SGD steps, ε and seconds; a stopped or killed stage resumes each unfinished client from its
-    last kept state (every ``STATE_EVERY`` steps, and at ``job.stop_at``)."""
+    training split: one DP-CGAN each, ``job.threads`` clients at a time (``train_clients``), the most steps left
+    first (``longest_first``). Writes the generators and each one's DP-SGD steps, ε and seconds; a stopped or
+    killed stage resumes each unfinished client from its last kept state (every ``STATE_EVERY`` steps, and at
+    ``job.stop_at``)."""
     settings = PSGSettings.from_params(dict(job.stage.params))
     ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
     meta = dataset_info(job.dataset)
@@ -547,6 +558,7 @@ def run_stage(job: Any) -> None:
         return client_request(ctx, job.dataset, settings, k, job.work_dir, job.stop_at)
 
     todo = [k for k in range(ctx.num_clients) if finished(k) is None]
+    todo = longest_first(todo, ctx.client_sizes(), settings, stage_progress(job.work_dir)["kept"])
     if job.progress:
         print(f"[{job.stage.key}] {len(todo)} of {ctx.num_clients} clients to train", file=job.progress, flush=True)
     train_clients(todo, request, job.work_dir, job.threads, job.progress)
