@@ -22,7 +22,8 @@ import torch
 import yaml
 
 from fed.config import FLConfig, MethodSpec
-from fed.dpgan import PSGSettings, client_request, train_clients
+from fed.dpgan import PSGSettings, client_request
+from fed.gan_stage import train_clients
 from fed.runner import make_engine
 from fed.stages import Stage
 

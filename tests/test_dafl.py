@@ -22,13 +22,13 @@ from fed.dpgan import (
     PSGSettings,
     epsilon_after,
     generate,
-    longest_first,
     sample_rate,
     steps_within_budget,
     to_gan_space,
     train_psg,
 )
 from fed.engine import Engine
+from fed.gan_stage import longest_first
 from fed.models.cgan import Generator
 from fed.runner import run_cell, run_stage
 
@@ -354,13 +354,16 @@ def test_the_dp_noise_drawn_on_the_host_is_opacus_own_draw_on_the_cpu(monkeypatc
 def test_the_gan_stage_trains_clients_at_once_in_processes_of_their_own_as_it_trains_them_in_turn(
     dafl_cell, synthetic_root, tmp_path
 ):
-    """``threads`` clients at a time (``fed.dpgan.train_clients``: ``python -m fed.dpgan`` per client) give the
-    in-process stage's file, generator for generator; a stage killed after some clients trains only the rest."""
+    """``threads`` clients at a time (``fed.gan_stage.train_clients``: ``python -m fed.gan_stage`` per client) give the
+    in-process stage's file, generator for generator; a stage killed after some clients trains only the rest, and
+    again a client that other PSG code trained (its record's ``code``)."""
     spec, part, gans = dafl_cell
     stage = build_algorithm("dafl", **spec.params).stages()["gans"]
     work, log = tmp_path / "w2", io.StringIO()
     work.mkdir()
     shutil.copyfile(tmp_path / "w" / "client1.pt", work / "client1.pt")  # one client finished before a kill
+    stale = torch.load(tmp_path / "w" / "client0.pt", weights_only=False)
+    torch.save(stale | {"code": "another psg code"}, work / "client0.pt")  # one finished under other code
     run_stage(stage, CFG, "synthetic", synthetic_root, part, 0, tmp_path / "g2.pt", work, threads=2, progress=log)
     assert "3 of 4 clients to train" in log.getvalue() and "2 at a time" in log.getvalue()
     assert sorted(p.name for p in work.glob("client*.log")) == ["client0.log", "client2.log", "client3.log"]
@@ -375,7 +378,7 @@ def test_the_gan_stage_trains_clients_at_once_in_processes_of_their_own_as_it_tr
 
 
 def test_a_failing_client_process_names_its_client_and_shows_its_log(tmp_path):
-    from fed.dpgan import train_clients
+    from fed.gan_stage import train_clients
 
     bad = lambda k: {"x": torch.zeros(2, 1, 32, 32), "y": torch.zeros(2, dtype=torch.long), "num_classes": 1,  # noqa: E731
                      "settings": {"no_such_option": 1}, "seed": k}  # fmt: skip
@@ -416,7 +419,8 @@ def test_a_stage_s_progress_reads_its_finished_clients_and_the_kept_step_of_a_st
     client 0 finished (its record), client 1 stopped after its first step (its kept state, with its budget), a
     request and a previous state that are neither."""
     from fed.checkpoint import OutOfTime
-    from fed.dpgan import _save, client_record, stage_progress
+    from fed.dpgan import client_record
+    from fed.gan_stage import _save, stage_progress
 
     x, y = tiny_client()
     settings = dataclasses.asdict(PSGSettings(**TINY_GAN))
@@ -443,7 +447,7 @@ def test_a_gan_stage_past_its_deadline_starts_no_client_and_a_client_process_sto
     import sys
 
     from fed.checkpoint import OutOfTime
-    from fed.dpgan import OUT_OF_TIME, train_clients
+    from fed.gan_stage import OUT_OF_TIME, train_clients
 
     x, y = tiny_client()
     settings = dataclasses.asdict(PSGSettings(**TINY_GAN))
@@ -454,7 +458,7 @@ def test_a_gan_stage_past_its_deadline_starts_no_client_and_a_client_process_sto
     assert not list(tmp_path.iterdir())
     torch.save(late(0) | {"state": str(tmp_path / "s.pt")}, tmp_path / "r.pt")  # as train_clients hands it over
     env = dict(os.environ, PYTHONPATH=str(REPO / "src"))
-    cmd = [sys.executable, "-m", "fed.dpgan", str(tmp_path / "r.pt"), str(tmp_path / "c.pt")]
+    cmd = [sys.executable, "-m", "fed.gan_stage", str(tmp_path / "r.pt"), str(tmp_path / "c.pt")]
     assert subprocess.run(cmd, env=env, capture_output=True).returncode == OUT_OF_TIME
     assert torch.load(tmp_path / "s.pt", weights_only=False)["step"] == 1 and not (tmp_path / "c.pt").exists()
 

@@ -17,15 +17,16 @@ def package_copy(tmp_path, monkeypatch):
     root = tmp_path / "fed"
     shutil.copytree(REPO / "src/fed", root, ignore=shutil.ignore_patterns("__pycache__", "data"))
     monkeypatch.setattr(identity, "ROOT", root)
-    for cached in (identity.modules, identity.import_graph, identity.algorithm_modules, identity.code_hash):
+    caches = (identity.modules, identity.import_graph, identity.algorithm_modules, identity.code_hash)
+    for cached in (*caches, identity.module_hash):
         cached.cache_clear()
     yield root
-    for cached in (identity.modules, identity.import_graph, identity.algorithm_modules, identity.code_hash):
+    for cached in (*caches, identity.module_hash):
         cached.cache_clear()
 
 
 def hashes() -> dict[str, str]:
-    for cached in (identity.modules, identity.import_graph, identity.code_hash):
+    for cached in (identity.modules, identity.import_graph, identity.code_hash, identity.module_hash):
         cached.cache_clear()
     return {name: identity.algorithm_code_hash(name) for name in identity.algorithm_modules() if name != "base"}
 
@@ -63,22 +64,41 @@ def test_an_edit_changes_exactly_the_runs_that_execute_it(package_copy):
     changed = {m for m, h in hashes().items() if h != after[m]}
     assert changed == {"fedzdac", "fedzdas"}
     after = hashes()
-    touch(package_copy / "dpgan.py")  # DA-FL's GAN stage (fed.runner.METHOD_STAGES): DA-FL's cells and stages only
+    touch(package_copy / "gan_stage.py")  # DA-FL's GAN stage's scheduling (fed.runner.METHOD_STAGES): no run
+    assert hashes() == after
+    touch(package_copy / "dpgan.py")  # one client's GAN: DA-FL's cells and stages only
     touch(package_copy / "ghost_clipping.py")
     assert {m for m, h in hashes().items() if h != after[m]} == {"dafl"}
     touch(package_copy / "rounds.py")  # the engine: every run
     assert all(h != before[m] for m, h in hashes().items())
 
 
+def test_a_gan_client_s_code_is_its_own_closure_not_the_engine_nor_the_stage_s_scheduling(package_copy):
+    """``module_hash`` keys a GAN client's kept state and its finished record (``fed.dpgan.client_code``): an edit
+    to the FL engine or to the stage's scheduling keeps both, an edit to what one client's PSG runs does not."""
+    before = identity.module_hash("fed.dpgan")
+    for edit in ("rounds.py", "engine.py", "gan_stage.py", "algorithms/dafl.py", "campaign.py"):
+        touch(package_copy / edit)
+    hashes()
+    assert identity.module_hash("fed.dpgan") == before
+    for edit in ("ghost_clipping.py", "models/cgan.py", "dpgan.py"):
+        touch(package_copy / edit)
+        hashes()
+        assert identity.module_hash("fed.dpgan") != before
+        before = identity.module_hash("fed.dpgan")
+
+
 def test_a_method_stage_runs_code_in_its_method_identity():
-    """A stage kind whose code is one method's runs from a module the training path does not import, and that
-    module is in the identity of the method the kind names (the stage rule's hash, ``GridPlan.stage_algorithm``)."""
+    """A stage kind whose code is one method's runs from a module the training path does not import, and every
+    module that module runs, its own scheduling aside, is in the identity of the method the kind names (the stage
+    rule's hash, ``GridPlan.stage_algorithm``)."""
     from fed.runner import METHOD_STAGES, stage_runner
     from fed.stages import STAGE_KINDS
 
     for kind, module in METHOD_STAGES.items():
-        assert module not in identity.closure(identity.ENTRY)
-        assert module in identity.closure(identity.algorithm_modules()[STAGE_KINDS[kind].algorithm])
+        method = identity.closure(identity.algorithm_modules()[STAGE_KINDS[kind].algorithm])
+        assert module not in identity.closure(identity.ENTRY) | method
+        assert identity.closure(module) - {module} <= identity.closure(identity.ENTRY) | method
         assert stage_runner(kind).__module__ == module
 
 

@@ -533,7 +533,8 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
     schedule and budget allow (``PSGSettings.steps`` of its training split's size)."""
     import torch
 
-    from fed.dpgan import PSGSettings, stage_progress
+    from fed.dpgan import PSGSettings
+    from fed.gan_stage import stage_progress
 
     if done:
         try:

@@ -23,12 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-import os
-import subprocess
-import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -51,7 +46,6 @@ if TYPE_CHECKING:
 
 GRAD_SAMPLE_MODES = ("hooks", "functorch", "ghost")
 GAN_SIZE = 32  # the CGAN's image side (Sec. 4.1); 28×28 data are resized to it and back
-OUT_OF_TIME = 75  # a client process's exit status when it stopped at ``stop_at`` (EX_TEMPFAIL)
 STATE_EVERY = 50  # PSG steps between a client's kept training states (≈ 4 min on one CPU thread at paper scale)
 
 
@@ -336,9 +330,7 @@ def train_psg(
     masks, z_gen = torch.Generator().manual_seed(seed + 1), torch.Generator().manual_seed(seed + 3)
     real, fake = 1.0, 0.0
     streams = {"masks": masks, "z": z_gen, "noise": opt_d.generator}
-    key = checkpoint.digest(
-        [asdict(settings), seed, checkpoint.tensor_hash(x, y), identity.code_hash("fed.dpgan"), device.type]
-    )
+    key = checkpoint.digest([asdict(settings), seed, checkpoint.tensor_hash(x, y), client_code(), device.type])
 
     def keep(step: int) -> None:  # everything step ``step + 1`` reads
         state = {"key": key, "step": step, "budget": budget, "seconds": earlier + time.perf_counter() - started}
@@ -415,113 +407,22 @@ def train_psg(
     )
 
 
-def _save(record: dict[str, Any], path: Path) -> None:
-    torch.save(record, path.with_suffix(".tmp"))
-    path.with_suffix(".tmp").replace(path)  # whole or absent: a killed stage resumes at the next unfinished client
+def client_code() -> str:
+    """The code one client's PSG executes: this module's import closure (``fed.identity.module_hash``), not the FL
+    engine's nor the stage's scheduling (``fed.gan_stage``). A kept state or a finished client of other code is
+    trained again; one of other scheduling is not."""
+    return identity.module_hash(__name__)
 
 
 def client_record(request: dict[str, Any], progress=None) -> dict[str, Any]:
-    """One client's PSG from its ``request`` (train_psg's arguments, ``settings`` as a dict): the settings and
-    the result, as the stage stores them."""
+    """One client's PSG from its ``request`` (train_psg's arguments, ``settings`` as a dict): the settings, the
+    code (``client_code``) and the result, as the stage stores them."""
     settings = PSGSettings(**request["settings"])
     args = [request[k] for k in ("x", "y", "num_classes")]
     state = Path(request["state"]) if request.get("state") else None
     kwargs = {"device": request.get("device", "cpu"), "state_path": state, "stop_at": request.get("stop_at")}
     result = train_psg(*args, settings, request["seed"], progress, **kwargs)
-    return {"settings": request["settings"], **result.record()}
-
-
-def train_clients(
-    clients: list[int],
-    request: Callable[[int], dict[str, Any]],
-    work_dir: Path,
-    workers: int = 1,
-    progress=None,
-) -> None:
-    """PSG at each of ``clients``, each written to ``work_dir/client{k}.pt`` as it ends. ``workers`` > 1 trains
-    that many clients at once, each in a process of its own with one thread (``python -m fed.dpgan``; on a GPU
-    they share the device, whose small DP-SGD steps leave it idle between launches). Every client draws from its
-    own seeded streams, so the stage's output does not depend on ``workers``. A request's ``stop_at`` (a
-    ``time.time()``): no client starts after it, and the running ones keep their state (``state``) and stop;
-    then ``OutOfTime``."""
-
-    def done(k: int) -> None:
-        if progress:
-            r = torch.load(work_dir / f"client{k}.pt", weights_only=False, map_location="cpu")
-            print(f"  client {k}: {r['steps']}/{r['scheduled_steps']} steps, ε = {r['epsilon']:.3f}, "
-                  f"{r['seconds']:.0f} s", file=progress, flush=True)  # fmt: skip
-
-    if workers <= 1 or len(clients) <= 1:
-        for k in clients:
-            req = request(k)
-            if _late(req):
-                raise OutOfTime(f"client {k} not started")
-            if progress:
-                print(f"client {k}: {len(req['y'])} samples", file=progress, flush=True)
-            _save(client_record(req, progress), work_dir / f"client{k}.pt")
-            done(k)
-        return
-
-    env = dict(os.environ, OMP_NUM_THREADS="1")
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
-
-    def run(k: int) -> int:
-        path, req = work_dir / f"client{k}.request.pt", request(k)
-        if _late(req):
-            raise OutOfTime(f"client {k} not started")
-        _save(req, path)
-        with open(work_dir / f"client{k}.log", "a") as log:  # a resumed client's log goes on
-            cmd = [sys.executable, "-m", "fed.dpgan", str(path), str(work_dir / f"client{k}.pt")]
-            code = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, env=env).returncode
-        if code == OUT_OF_TIME:
-            raise OutOfTime(f"client {k} stopped, its state kept")
-        if code:
-            tail = (work_dir / f"client{k}.log").read_text()[-3000:]
-            raise RuntimeError(f"PSG of client {k} failed (exit {code}); its log ends:\n{tail}")
-        path.unlink()
-        return k
-
-    if progress:
-        print(f"{len(clients)} clients, {workers} at a time (logs: {work_dir}/client*.log)", file=progress, flush=True)
-    with ThreadPoolExecutor(workers) as pool:
-        futures = [pool.submit(run, k) for k in clients]
-        try:
-            for future in as_completed(futures):
-                done(future.result())
-        except BaseException:
-            for f in futures:  # the running ones finish and keep their clients; the rest are not started
-                f.cancel()
-            raise
-
-
-def stage_progress(work_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """Where a stopped or running stage stands, from its files (``fed campaign --status``): ``finished`` — each
-    finished client's steps, ε and seconds; ``kept`` — each unfinished client's last kept step, its budget of steps
-    (absent from states kept before it was recorded) and its seconds so far."""
-    finished, kept = {}, {}
-    for path in Path(work_dir).glob("client*.pt"):
-        name, _, rest = path.name.removeprefix("client").partition(".")
-        if not name.isdigit() or rest not in ("pt", "state.pt"):
-            continue  # a request, a previous state
-        try:
-            record = torch.load(path, weights_only=False, map_location="cpu")
-        except FileNotFoundError:  # a state removed between the listing and the read: its client has finished
-            continue
-        if rest == "pt":
-            finished[int(name)] = {k: record[k] for k in ("steps", "scheduled_steps", "epsilon", "seconds")}
-        else:
-            kept[int(name)] = {k: record[k] for k in ("step", "budget", "seconds") if k in record}
-    return {"finished": finished, "kept": {k: v for k, v in kept.items() if k not in finished}}
-
-
-def longest_first(
-    clients: list[int], sizes: list[int], settings: PSGSettings, kept: dict[int, dict[str, Any]]
-) -> list[int]:
-    """``clients`` by their DP-SGD steps left (their budget, ``PSGSettings.steps``, less a kept state's step), most
-    first: trained some at a time, they then end about together (Dir(0.05)'s ten clients, 118-1,590 steps, two at a
-    time: 3,840 steps of clock in this order, 4,630 in the clients' order). Ties keep their order."""
-    left = {k: settings.steps(sizes[k])[3] - kept.get(k, {}).get("step", 0) for k in clients}
-    return sorted(clients, key=lambda k: -left[k])
+    return {"settings": request["settings"], "code": client_code(), **result.record()}
 
 
 def client_request(
@@ -535,48 +436,6 @@ def client_request(
     args = {"settings": asdict(settings), "seed": ctx.seed_int("psg", k), "device": str(ctx.device)}
     resume = {"state": str(Path(work_dir) / f"client{k}.state.pt"), "stop_at": stop_at}
     return {"x": x, "y": y.cpu(), "num_classes": ctx.num_classes, **args, **resume}
-
-
-def run_stage(job: Any) -> None:
-    """The ``dp_cgan`` stage of a ``fed.runner.StageJob`` (``fed.runner.stage_runner``; not imported here: the
-    runner loads this module, not the other way round): DA-FL's PSG (Algorithm 2) at every client, on its own
-    training split: one DP-CGAN each, ``job.threads`` clients at a time (``train_clients``), the most steps left
-    first (``longest_first``). Writes the generators and each one's DP-SGD steps, ε and seconds; a stopped or
-    killed stage resumes each unfinished client from its last kept state (every ``STATE_EVERY`` steps, and at
-    ``job.stop_at``)."""
-    settings = PSGSettings.from_params(dict(job.stage.params))
-    ctx = job.engine("fedavg").ctx  # the cell's data, partition and random streams; no FL round is run
-    meta = dataset_info(job.dataset)
-    job.work_dir.mkdir(parents=True, exist_ok=True)
-
-    def finished(k: int) -> dict[str, Any] | None:
-        part = job.work_dir / f"client{k}.pt"
-        done = torch.load(part, weights_only=False, map_location="cpu") if part.exists() else None
-        return done if done is not None and done["settings"] == asdict(settings) else None
-
-    def request(k: int) -> dict[str, Any]:
-        return client_request(ctx, job.dataset, settings, k, job.work_dir, job.stop_at)
-
-    todo = [k for k in range(ctx.num_clients) if finished(k) is None]
-    todo = longest_first(todo, ctx.client_sizes(), settings, stage_progress(job.work_dir)["kept"])
-    if job.progress:
-        print(f"[{job.stage.key}] {len(todo)} of {ctx.num_clients} clients to train", file=job.progress, flush=True)
-    train_clients(todo, request, job.work_dir, job.threads, job.progress)
-    clients = [finished(k) for k in range(ctx.num_clients)]
-    record = {
-        "settings": asdict(settings),
-        "dataset": job.dataset,
-        "channels": ctx.input_shape[0],
-        "num_classes": ctx.num_classes,
-        "mean": meta.mean,
-        "std": meta.std,
-        "clients": [{k: v for k, v in c.items() if k != "settings"} for c in clients],
-    }
-    torch.save(record, job.out)
-
-
-def _late(request: dict[str, Any]) -> bool:
-    return request.get("stop_at") is not None and time.time() >= request["stop_at"]
 
 
 def generate(
@@ -597,11 +456,3 @@ def generate(
     z = torch.randn(len(labels), settings.noise_dim, generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         return G(z, labels.cpu())
-
-
-if __name__ == "__main__":  # one client of train_clients: python -m fed.dpgan REQUEST OUT
-    torch.set_num_threads(1)
-    try:
-        _save(client_record(torch.load(sys.argv[1], weights_only=False), sys.stdout), Path(sys.argv[2]))
-    except OutOfTime:
-        sys.exit(OUT_OF_TIME)

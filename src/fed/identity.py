@@ -90,15 +90,25 @@ def algorithm_modules() -> dict[str, str]:
     return out
 
 
-@functools.cache
-def code_hash(module: str = PREFIX_MODULE) -> str:
-    """Content hash (path and bytes) of the training path's files and ``module``'s closure."""
-    names = modules()
-    h = hashlib.sha256()
-    for m in sorted(closure(ENTRY) | closure(module)):
+def _hash(members: set[str]) -> str:
+    names, h = modules(), hashlib.sha256()
+    for m in sorted(members):
         h.update(m.encode())
         h.update(names[m].read_bytes())
     return h.hexdigest()[:16]
+
+
+@functools.cache
+def code_hash(module: str = PREFIX_MODULE) -> str:
+    """Content hash (path and bytes) of the training path's files and ``module``'s closure."""
+    return _hash(closure(ENTRY) | closure(module))
+
+
+@functools.cache
+def module_hash(module: str) -> str:
+    """Content hash of ``module``'s closure alone: the code of a part that runs without the FL engine (one client's
+    GAN in DA-FL's stage, ``fed.dpgan.client_code``)."""
+    return _hash(closure(module))
 
 
 def algorithm_code_hash(algorithm: str) -> str:

@@ -236,8 +236,9 @@ STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "model_at": run_model_at,
 }
 # Kinds whose code is one method's: the module whose ``run_stage(job)`` runs it, imported when such a stage runs, so
-# that module is in its method's code identity (``StageKind.algorithm``), not in every cell's (``fed.identity``).
-METHOD_STAGES: dict[str, str] = {"dp_cgan": "fed.dpgan"}
+# it is in no cell's code identity (``fed.identity``); its numbers come from modules its method imports (DA-FL's
+# ``fed.dpgan``), so they are in that method's identity (``StageKind.algorithm``), its scheduling in none.
+METHOD_STAGES: dict[str, str] = {"dp_cgan": "fed.gan_stage"}
 
 
 def stage_runner(kind: str) -> Callable[[StageJob], None]:
