@@ -18,6 +18,7 @@ from conftest import REPO
 
 from fed import campaign
 from fed.cli import export_reference
+from fed.dpgan import client_code
 
 TABLE = "dafl_table3"  # a table with a preparatory stage (DA-FL's GANs): data, partitions, stages, cells
 
@@ -220,9 +221,10 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     budget = partition(first)
     work = Path(first["args"]["work_dir"])
     work.mkdir(parents=True)  # client 0 finished at 2 s a step, client 1 stopped after its first step
-    torch.save({"steps": budget[0], "scheduled_steps": budget[0], "epsilon": math.inf, "seconds": 2.0 * budget[0]},
-               work / "client0.pt")  # fmt: skip
-    torch.save({"step": 1, "budget": budget[1], "seconds": 2.0}, work / "client1.state.pt")
+    code = {"code": client_code()}  # written by this PSG code
+    torch.save({"steps": budget[0], "scheduled_steps": budget[0], "epsilon": math.inf, "seconds": 2.0 * budget[0]}
+               | code, work / "client0.pt")  # fmt: skip
+    torch.save({"step": 1, "budget": budget[1], "seconds": 2.0} | code, work / "client1.state.pt")
     rows = {r["job"]: r for r in campaign.status(plan)}
     row, later = rows[first["label"]], rows[second["label"]]
     steps = f"{budget[0] + 1}/{sum(budget)} steps"
@@ -236,7 +238,7 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     later = next(r for r in campaign.status(plan) if r["job"] == second["label"])
     assert (later["spent"], later["left"], later["estimated"]) == (None, pytest.approx(2.0 * sum(other)), True)
 
-    torch.save({"step": 1, "budget": budget[2], "seconds": 3600.0}, work / "client2.state.pt")  # paused an hour
+    torch.save({"step": 1, "budget": budget[2], "seconds": 3600.0} | code, work / "client2.state.pt")  # paused an hour
     row = next(r for r in campaign.status(plan) if r["job"] == first["label"])  # the median client's pace: 2 s a step
     assert (row["spent"], row["left"]) == (
         2.0 * (budget[0] + 1) + 3600.0,

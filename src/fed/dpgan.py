@@ -333,7 +333,8 @@ def train_psg(
     key = checkpoint.digest([asdict(settings), seed, checkpoint.tensor_hash(x, y), client_code(), device.type])
 
     def keep(step: int) -> None:  # everything step ``step + 1`` reads
-        state = {"key": key, "step": step, "budget": budget, "seconds": earlier + time.perf_counter() - started}
+        state = {"key": key, "code": client_code(), "step": step, "budget": budget}
+        state |= {"seconds": earlier + time.perf_counter() - started}
         state |= {"G": G.state_dict()}
         state |= {
             "D": D.state_dict(),

@@ -99,15 +99,18 @@ def train_clients(
 
 def _client_files(work_dir: Path, kind: str):
     """(k, record) of each ``client{k}.pt`` (``kind`` "pt": finished clients) or ``client{k}.state.pt`` ("state.pt":
-    kept states) in ``work_dir``; not requests, nor a state's previous copy."""
+    kept states) in ``work_dir`` that this PSG code wrote (``client_code``: another's is trained again, so it is no
+    progress); not requests, nor a state's previous copy."""
     for path in sorted(Path(work_dir).glob(f"client*.{kind}")):
         name = path.name.removeprefix("client").removesuffix(f".{kind}")
         if not name.isdigit():
             continue
         try:
-            yield int(name), torch.load(path, weights_only=False, map_location="cpu")
+            record = torch.load(path, weights_only=False, map_location="cpu", mmap=True)  # reads its numbers only
         except FileNotFoundError:  # a state removed between the listing and the read: its client has finished
             continue
+        if record.get("code") == client_code():
+            yield int(name), record
 
 
 def kept_states(work_dir: Path) -> dict[int, dict[str, Any]]:
