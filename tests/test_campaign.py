@@ -124,6 +124,30 @@ def test_a_campaign_names_what_it_cannot_run_before_it_starts(tmp_path, monkeypa
     assert proc.returncode == 2 and "give configs to plan from, or --plan FILE" in proc.stderr
 
 
+def test_a_plan_narrowed_to_partitions_holds_their_cells_and_only_their_inputs(tmp_path, monkeypatch):
+    """``--partition``, alone or with ``--method``: the plan keeps the cells on the named partitions, in the
+    whole plan's order, with their partitions and stages; an unknown name is an error before anything is planned."""
+    monkeypatch.chdir(tmp_path)
+    config = [[str(REPO / "config/smoke.yaml")]]
+
+    def labels(plan_, kind="cell"):
+        return [j["label"] for j in plan_["jobs"] if j["kind"] == kind]
+
+    whole, narrow = campaign.plan(config, REPO), campaign.plan(config, REPO, partitions=["dir0.1"])
+    assert labels(narrow) == [c for c in labels(whole) if "/dir0.1/" in c] and len(labels(narrow)) < len(labels(whole))
+    assert labels(narrow) and narrow["partitions"] == ["dir0.1"]
+    inputs = [j["out"] for j in narrow["jobs"] if j["kind"] in ("partition", "stage")]
+    assert inputs and all("/dir0.1/" in out for out in inputs)
+    both = campaign.plan(config, REPO, [TABLE], ["dafl_gamma0.05"], ["1-label"])
+    assert labels(both) == [f"smoke_dafl/synthetic/1-label/dafl_gamma0.05/seed{s}" for s in (0, 1)]
+    assert len(labels(both, "stage")) == 2  # each seed's GAN stage
+    with pytest.raises(ValueError, match=r"no partition \['nope'\]"):
+        campaign.plan(config, REPO, partitions=["nope"])
+    proc = subprocess.run([sys.executable, "-m", "fed", "campaign", str(REPO / "config/smoke.yaml"), "--partition",
+                           "nope", "--write-plan", "p.json"], capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 1 and "no partition ['nope']" in proc.stderr and not Path("p.json").exists()
+
+
 def crash(job, stop_at, threads):
     """A worker that dies abruptly the first time it runs "boom" (a marker file remembers it), and always on "bad"."""
     marker = Path(job["out"]).with_suffix(".tried")

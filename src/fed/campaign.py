@@ -51,10 +51,12 @@ def plan(
     repo: str | Path = ".",
     tables: list[str] | None = None,
     methods: list[str] | None = None,
+    partitions: list[str] | None = None,
 ) -> dict[str, Any]:
     """The jobs that ``configs`` (each a list of overlays, as for ``snakemake --configfile``) still need, in order
     of value; ``tables``: only the cells of these tables and figures (by name); ``methods``: only these methods'
-    cells (a swept method: all its grid points). Needs the workflow's config checks (Snakemake)."""
+    cells (a swept method: all its grid points); ``partitions``: only the cells on these partitions (by name).
+    Needs the workflow's config checks (Snakemake)."""
     from fed.grid import Grid
 
     jobs: dict[str, dict[str, Any]] = {}
@@ -68,6 +70,11 @@ def plan(
                 raise ValueError(f"no method {sorted(unknown)} in the config")
             names = {v for m in methods for v in grid.sweeps.get(m, [m])}
             wanted = [c for c in wanted if c[3] in names]
+        if partitions is not None:
+            unknown = set(partitions) - set(config["partitions"])
+            if unknown:
+                raise ValueError(f"no partition {sorted(unknown)} in the config")
+            wanted = [c for c in wanted if c[2] in partitions]
         for p, d, part, m, s in sorted(wanted, key=lambda c: c[4]):  # seed 0 first (a stable sort keeps the order)
             out = grid.cell_path(p, d, part, m, s)
             if not out.startswith(f"{grid.results}/") or Path(out).exists():
@@ -96,7 +103,8 @@ def plan(
             }
             jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, f"{p}/{d}/{part}/{m}/seed{s}")
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
-    return {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods, "jobs": ordered}
+    header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
+    return header | {"partitions": partitions, "jobs": ordered}
 
 
 def _wanted_cells(grid, tables: list[str] | None) -> list[tuple]:

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("configs", nargs="*", help="configs in order of value; join overlays of one with '+'")
     p.add_argument("--table", action="append", help="only the cells of this table or figure (repeatable)")
     p.add_argument("--method", action="append", help="only this method's cells (repeatable)")
+    p.add_argument("--partition", action="append", help="only the cells on this partition (repeatable)")
     p.add_argument("--minutes", type=float, default=60.0, help="when cells checkpoint and no job starts any more")
     p.add_argument("--jobs", type=int, default=1, help="jobs at once (on a GPU they share it)")
     p.add_argument("--threads", type=int, help="threads a job (default: the CPUs shared out)")
@@ -107,10 +108,11 @@ def main(argv: list[str] | None = None) -> None:
         if bool(args.plan) == bool(args.configs):
             ap.error("campaign: give configs to plan from, or --plan FILE, not both")
         try:
+            configs = [c.split("+") for c in args.configs]
             todo = (
                 campaign.read_plan(args.plan)
                 if args.plan
-                else campaign.plan([c.split("+") for c in args.configs], _repo(), args.table, args.method)
+                else campaign.plan(configs, _repo(), args.table, args.method, args.partition)
             )
             if args.status:
                 print(campaign.describe(campaign.status(todo)))
