@@ -122,6 +122,9 @@ def test_a_campaign_names_what_it_cannot_run_before_it_starts(tmp_path, monkeypa
         campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["nope"])
     proc = subprocess.run([sys.executable, "-m", "fed", "campaign", "--minutes", "1"], capture_output=True, text=True)
     assert proc.returncode == 2 and "give configs to plan from, or --plan FILE" in proc.stderr
+    argv = [sys.executable, "-m", "fed", "campaign", "--plan", "old.json", "--partition", "2-label", "--status"]
+    proc = subprocess.run(argv, capture_output=True, text=True)  # a narrowing a written plan would ignore
+    assert proc.returncode == 2 and "--plan runs its file whole" in proc.stderr
 
 
 def test_a_plan_narrowed_to_partitions_holds_their_cells_and_only_their_inputs(tmp_path, monkeypatch):

@@ -107,6 +107,8 @@ def main(argv: list[str] | None = None) -> None:
 
         if bool(args.plan) == bool(args.configs):
             ap.error("campaign: give configs to plan from, or --plan FILE, not both")
+        if args.plan and (args.table or args.method or args.partition):
+            ap.error("campaign: --table, --method and --partition narrow planning; --plan runs its file whole")
         try:
             configs = [c.split("+") for c in args.configs]
             todo = (
