@@ -2,6 +2,7 @@
 GPU machine), with the workflow's numbers in the workflow's layout; out of time, a cell checkpoints and the next call
 finishes it as if it had never stopped."""
 
+import dataclasses
 import io
 import json
 import math
@@ -18,7 +19,7 @@ from conftest import REPO
 
 from fed import campaign
 from fed.cli import export_reference
-from fed.dpgan import client_code
+from fed.dpgan import PSGSettings, client_code
 
 TABLE = "dafl_table3"  # a table with a preparatory stage (DA-FL's GANs): data, partitions, stages, cells
 
@@ -248,10 +249,14 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     budget = partition(first)
     work = Path(first["args"]["work_dir"])
     work.mkdir(parents=True)  # client 0 finished at 2 s a step, client 1 stopped after its first step
-    code = {"code": client_code()}  # written by this PSG code
+    settings = dataclasses.asdict(PSGSettings.from_params(first["args"]["stage"]["params"]))
+    code = {"code": client_code()}  # written by this PSG code; a finished record also names its settings
     torch.save({"steps": budget[0], "scheduled_steps": budget[0], "epsilon": math.inf, "seconds": 2.0 * budget[0]}
-               | code, work / "client0.pt")  # fmt: skip
+               | code | {"settings": settings}, work / "client0.pt")  # fmt: skip
     torch.save({"step": 1, "budget": budget[1], "seconds": 2.0} | code, work / "client1.state.pt")
+    last = len(budget) - 1  # finished under another stage's settings: no progress of this one
+    torch.save({"steps": budget[last], "scheduled_steps": budget[last], "epsilon": math.inf, "seconds": 1.0}
+               | code | {"settings": settings | {"lr": 1.0}}, work / f"client{last}.pt")  # fmt: skip
     rows = {r["job"]: r for r in campaign.status(plan)}
     row, later = rows[first["label"]], rows[second["label"]]
     steps = f"{budget[0] + 1}/{sum(budget)} steps"

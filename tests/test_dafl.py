@@ -417,7 +417,8 @@ def test_a_psg_client_stopped_after_every_step_takes_the_steps_of_an_uninterrupt
 def test_a_stage_s_progress_reads_its_finished_clients_and_the_kept_step_of_a_stopped_one(tmp_path):
     """``stage_progress`` (what ``fed campaign --status`` shows of a GAN stage), from the files the stage writes:
     client 0 finished (its record), client 1 stopped after its first step (its kept state, with its budget), a
-    request, a previous state and the files of other PSG code that are neither."""
+    request, a previous state, the files of other PSG code and a finished client of other settings that are
+    neither."""
     from fed.checkpoint import OutOfTime
     from fed.dpgan import client_record
     from fed.gan_stage import _save, stage_progress
@@ -434,7 +435,8 @@ def test_a_stage_s_progress_reads_its_finished_clients_and_the_kept_step_of_a_st
     other = {"code": "another psg code"}  # written by other PSG code: trained again, so no progress
     torch.save(whole | other, tmp_path / "client3.pt")
     torch.save(torch.load(tmp_path / "client1.state.pt", weights_only=False) | other, tmp_path / "client4.state.pt")
-    found = stage_progress(tmp_path)
+    torch.save(whole | {"settings": settings | {"lr": 1.0}}, tmp_path / "client5.pt")  # another stage's settings
+    found = stage_progress(tmp_path, PSGSettings(**TINY_GAN))
     assert found["finished"] == {0: {k: whole[k] for k in ("steps", "scheduled_steps", "epsilon", "seconds")}}
     assert found["kept"].keys() == {1} and found["kept"][1]["step"] == 1
     assert found["kept"][1]["budget"] == whole["steps"] > 1  # the same data and settings: the same budget

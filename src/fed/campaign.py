@@ -555,7 +555,7 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
         return _Progress()
     settings = PSGSettings.from_params(job["args"]["stage"]["params"])
     sizes = [len(c["train"]) for c in json.loads(Path(partition).read_text())["clients"]]
-    found = stage_progress(work) if work.is_dir() else {"finished": {}, "kept": {}}
+    found = stage_progress(work, settings) if work.is_dir() else {"finished": {}, "kept": {}}
     finished, kept = found["finished"], found["kept"]
     budget = {k: finished[k]["steps"] if k in finished else settings.steps(n)[3] for k, n in enumerate(sizes)}
     steps = sum(r["steps"] for r in finished.values()) + sum(r["step"] for r in kept.values())

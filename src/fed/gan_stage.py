@@ -97,10 +97,16 @@ def train_clients(
             raise
 
 
-def _client_files(work_dir: Path, kind: str):
+def current(record: dict[str, Any], settings: PSGSettings | None = None) -> bool:
+    """Whether a client's file is progress of its stage: written by this PSG code (``client_code``: another's client
+    is trained again) and, where the stage's ``settings`` are given, a finished record of them. A kept state records
+    no settings; its key holds them, and ``fed.dpgan.train_psg`` resumes only a state of its own."""
+    return record.get("code") == client_code() and (settings is None or record.get("settings") == asdict(settings))
+
+
+def _client_files(work_dir: Path, kind: str, settings: PSGSettings | None = None):
     """(k, record) of each ``client{k}.pt`` (``kind`` "pt": finished clients) or ``client{k}.state.pt`` ("state.pt":
-    kept states) in ``work_dir`` that this PSG code wrote (``client_code``: another's is trained again, so it is no
-    progress); not requests, nor a state's previous copy."""
+    kept states) in ``work_dir`` that is ``current``; not requests, nor a state's previous copy."""
     for path in sorted(Path(work_dir).glob(f"client*.{kind}")):
         name = path.name.removeprefix("client").removesuffix(f".{kind}")
         if not name.isdigit():
@@ -109,7 +115,7 @@ def _client_files(work_dir: Path, kind: str):
             record = torch.load(path, weights_only=False, map_location="cpu", mmap=True)  # reads its numbers only
         except FileNotFoundError:  # a state removed between the listing and the read: its client has finished
             continue
-        if record.get("code") == client_code():
+        if current(record, settings):
             yield int(name), record
 
 
@@ -121,11 +127,12 @@ def kept_states(work_dir: Path) -> dict[int, dict[str, Any]]:
     }
 
 
-def stage_progress(work_dir: Path) -> dict[str, dict[int, dict[str, Any]]]:
-    """Where a stopped or running stage stands, from its files (``fed campaign --status``): ``finished`` — each
-    finished client's steps, ε and seconds; ``kept`` — each unfinished client's ``kept_states``."""
+def stage_progress(work_dir: Path, settings: PSGSettings | None = None) -> dict[str, dict[int, dict[str, Any]]]:
+    """Where a stopped or running stage of ``settings`` stands, from its files (``fed campaign --status``):
+    ``finished`` — each finished client's steps, ε and seconds; ``kept`` — each unfinished client's ``kept_states``.
+    Only ``current`` files count, as in ``run_stage``."""
     fields = ("steps", "scheduled_steps", "epsilon", "seconds")
-    finished = {k: {f: r[f] for f in fields} for k, r in _client_files(work_dir, "pt")}
+    finished = {k: {f: r[f] for f in fields} for k, r in _client_files(work_dir, "pt", settings)}
     return {"finished": finished, "kept": {k: v for k, v in kept_states(work_dir).items() if k not in finished}}
 
 
@@ -154,8 +161,7 @@ def run_stage(job: Any) -> None:
     def finished(k: int) -> dict[str, Any] | None:
         part = job.work_dir / f"client{k}.pt"
         done = torch.load(part, weights_only=False, map_location="cpu") if part.exists() else None
-        current = done is not None and done["settings"] == asdict(settings) and done.get("code") == client_code()
-        return done if current else None  # a client trained by other PSG code is trained again
+        return done if done is not None and current(done, settings) else None  # else it is trained again
 
     def request(k: int) -> dict[str, Any]:
         return client_request(ctx, job.dataset, settings, k, job.work_dir, job.stop_at)
