@@ -2,7 +2,7 @@
 # A lent GPU's minutes on the cells we miss: run a campaign plan written here, bring the finished cells back.
 #
 #   here:   printf 'presets:\n  dafl:\n    vectorise: true\n' > /tmp/gpu.yaml    # batched clients: 1.48x the loop (H200)
-#           python -m fed campaign config/dafl_fmnist.yaml+config/dafl_fmnist_column.yaml+/tmp/gpu.yaml \
+#           python -m fed campaign config/dafl_fmnist.yaml+config/dafl_fmnist_gan_loss.yaml+/tmp/gpu.yaml \
 #             --write-plan campaign.json
 #           python -m fed prepare fmnist --no-download          # data/fmnist/tensors.pt, which the plan names
 #           gzip -kf data/fmnist/tensors.pt    # 55 MB -> 31 MB: the tracked tree (27 MB) and it fit the tool's 64 MiB

@@ -2,7 +2,7 @@
 same data, the same seeded streams (initial weights, Poisson batches, noise) — with GAN settings changed, so a
 client's pilot and its stage differ by the change only. Read the result with ``scripts/gan_fidelity.py OUT_DIR``.
 
-    python -m fed campaign config/dafl_fmnist.yaml+config/dafl_fmnist_column.yaml --method dafl_gamma0.05 \\
+    python -m fed campaign config/dafl_fmnist.yaml+config/rerun_committed.yaml --method dafl_gamma0.05 \\
         --write-plan gan.json
     python scripts/psg_pilot.py gan.json --partition 2-label --client 7 --client 8 \\
         --set generator_loss=non_saturating -o results/pilots/2-label-non_saturating

@@ -163,12 +163,12 @@ def test_feddpms_quick_config_dry_run(tmp_path):
 
 def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     """config/dafl_fmnist.yaml: every cell of its tables is committed under reference/dafl_fmnist, so a fresh checkout
-    rebuilds Table 3's FMNIST column and Fig. 4's 1-Label panel without training (issue 42); without the reference
-    it trains all 12, FedProx's four μ and FedMix's three λ at each partition and Fig. 4's DA-FL cell (with its
-    GANs)."""
+    rebuilds Table 3's FMNIST column, Fig. 4's label-skew panels and the two claims without training (issue 42);
+    without the reference it trains all 13 a partition (FedProx's four μ, FedMix's three λ, DA-FL's two γ) and the
+    three partitions' GAN stages."""
     args = ("--configfile", str(REPO / "config/dafl_fmnist.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)
-    assert (counts["train"], counts["stage"]) == ((4 + 4 + 3) * 3 + 1, 1)
+    assert (counts["train"], counts["stage"]) == ((4 + 4 + 3 + 2) * 3, 3)
     counts = job_counts(snakemake(tmp_path, "-n", *args).stdout)
     assert "train" not in counts and "stage" not in counts and (counts["table"], counts["figure"]) == (1, 1)
     # the width study's cells are committed too (config/dafl_fmnist_width.yaml: FedAvg at half and a quarter width)
