@@ -285,6 +285,50 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
         "done", f"{len(budget)} clients, {sum(budget):,} steps", 3.0 * sum(budget), 0.0)  # fmt: skip
 
 
+def test_a_stage_of_fl_rounds_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run, tmp_path, monkeypatch):
+    """FedDPMS' Stage I (P = 2 in the smoke config) past its deadline stops after round 1 with its checkpoint,
+    ``--status`` says so, and the next call ends it with the workflow's output (no round lost at a session's end)."""
+    workdir, _ = smoke_run
+    monkeypatch.chdir(tmp_path)
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])
+    stage = next(j for j in plan["jobs"] if j["kind"] == "stage" and j["args"]["stage"]["kind"] == "vae_prelim")
+    for job in plan["jobs"]:
+        if job["kind"] in ("data", "partition") and job["out"] in stage["needs"]:
+            assert campaign.run_job(job, time.time() + 600, 1) == "done"
+    assert campaign.run_job(stage, time.time() - 1, 1) == "checkpointed"
+    assert not Path(stage["out"]).exists()
+    [first] = torch.load(Path(stage["args"]["work_dir"]) / "checkpoint.pt", weights_only=False)["history"]
+    row = next(r for r in campaign.status(plan) if r["job"] == stage["label"])
+    assert (row["state"], row["progress"][:11], row["left"]) == ("stopped", "round 1/2, ", first["seconds"])
+    assert campaign.run_job(stage, time.time() + 600, 1) == "done"
+    ours = torch.load(stage["out"], weights_only=False)
+    theirs = torch.load(workdir / stage["out"], weights_only=False)
+    assert ours["round"] == theirs["round"] == 2 and ours["stage"] == theirs["stage"]
+    assert [r["train_loss"] for r in ours["history"]] == [r["train_loss"] for r in theirs["history"]]
+    assert all(torch.equal(ours["global_state"][k], v) for k, v in theirs["global_state"].items())
+
+
+def test_a_tuning_s_progress_is_its_points_rounds(tmp_path, monkeypatch):
+    """A tuning stage's time left: the rounds its grid points have left (a point's work dir holds its checkpoint) at
+    the pace of the rounds run."""
+    overlay = tmp_path / "tuned.yaml"
+    overlay.write_text(
+        "methods:\n  qffl: {tune: {grid: {q: [0.0, 0.1, 1.0]}, rounds: 4, per_seed: true}}\nreference_dir: null\n"
+    )
+    plan = campaign.plan([[str(REPO / "config/fmnist.yaml"), str(overlay)]], REPO, methods=["qffl"])
+    tuning = next(j for j in plan["jobs"] if j["kind"] == "stage" and j["args"]["stage"]["kind"] == "tuning")
+    monkeypatch.chdir(tmp_path)
+    work = Path(tuning["args"]["work_dir"])
+    for point, rounds in (("q0.0", 4), ("q0.1", 1)):  # one point finished, one stopped after its first round
+        (work / point).mkdir(parents=True)
+        history = [{"seconds": 10.0 + r} for r in range(rounds)]
+        torch.save({"round": rounds, "history": history, "wall_seconds": sum(h["seconds"] for h in history)},
+                   work / point / "checkpoint.pt")  # fmt: skip
+    row = next(r for r in campaign.status(plan) if r["job"] == tuning["label"])
+    assert (row["state"], row["progress"], row["spent"]) == ("stopped", "5/12 rounds of 3 runs", 56.0)
+    assert row["left"] == 11.0 * 7 and not row["estimated"]  # 7 rounds at the median round (10, 11, 12, 13, 10)
+
+
 def test_a_paused_round_does_not_set_a_cell_s_pace(tmp_path, monkeypatch):
     """A campaign stopped with ``kill -STOP`` for an hour stretches one round's wall time, not the pace: a
     cell's time left is its rounds left at its median round; a finished cell of the algorithm paces the ones not

@@ -10,16 +10,17 @@ jsonschema, as on a lent GPU machine):
   finished under results_dir, is not planned. ``write_plan`` / ``read_plan`` carry a plan to another machine.
 - ``run(plan, minutes, jobs)``, on any machine: the jobs whose inputs exist, ``jobs`` at once, each in a process of
   its own (on a GPU they share it). At the deadline a cell checkpoints after its current round and stops
-  (``fed.checkpoint.OutOfTime``), and so does DA-FL's GAN stage, each running client after its current step with its
-  training state kept; the next call resumes them. No job starts after the deadline; any other stage that is running
-  finishes (killed, a tuning or prefix run resumes at its last checkpoint), so leave it slack. Outputs land where the
-  workflow puts them (``<results_dir>/runs/…``, ``stages/…``, ``partitions/…``): ``snakemake`` then builds the tables
-  from them, ``fed export-reference`` commits the cells, and a cell's ``machine`` record says where it ran. Campaigns
-  may share a results directory (one per core, plans that overlap): a job runs under an exclusive lock on its output
-  (``.<name>.campaign-lock`` beside it, released by the system if the process dies), and a job another campaign holds
-  is left to it (``elsewhere``). A campaign that dies, however (``kill -9`` too), takes its workers with it
-  (``_die_with_campaign``, ``_in_worker``): none goes on writing a job whose lock died with its campaign, nor waits
-  for work from it.
+  (``fed.checkpoint.OutOfTime``), and so does a stage that runs FL rounds (FedDPMS' Stage I, a FedAvg prefix, a
+  tuning's running point), and DA-FL's GAN stage, each running client after its current step with its training state
+  kept; the next call resumes them. No job starts after the deadline; a round or a client's step in progress
+  finishes first, so leave a round's slack (killed instead, a job resumes at its last checkpoint). Outputs land
+  where the workflow puts them (``<results_dir>/runs/…``, ``stages/…``, ``partitions/…``): ``snakemake`` then builds
+  the tables from them, ``fed export-reference`` commits the cells, and a cell's ``machine`` record says where it
+  ran. Campaigns may share a results directory (one per core, plans that overlap): a job runs under an exclusive lock
+  on its output (``.<name>.campaign-lock`` beside it, released by the system if the process dies), and a job another
+  campaign holds is left to it (``elsewhere``). A campaign that dies, however (``kill -9`` too), takes its workers
+  with it (``_die_with_campaign``, ``_in_worker``): none goes on writing a job whose lock died with its campaign, nor
+  waits for work from it.
 """
 
 from __future__ import annotations
@@ -356,7 +357,7 @@ def _release(out: str, handle) -> None:
 
 
 def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
-    """One job, in a worker process: "done", or "checkpointed" for a cell or a DP-CGAN stage out of time."""
+    """One job, in a worker process: "done", or "checkpointed" for a cell or a stage out of time."""
     from fed.checkpoint import OutOfTime
     from fed.config import FLConfig, MethodSpec
 
@@ -391,7 +392,7 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
                     method=MethodSpec.from_config(a["method_name"], a["method"]) if a["method"] else None,
                     stop_at=stop_at,
                 )
-        except OutOfTime:  # a DP-CGAN stage: its clients' state kept
+        except OutOfTime:  # its FL run checkpointed, or a DP-CGAN's clients' state kept
             return "checkpointed"
     else:
         from fed.runner import run_cell
@@ -434,8 +435,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     rounds or steps), or where its work is not known yet (a stage whose partition is not written) the mean time of
     its kind's timed jobs; None where there are none; ``summed`` — a DA-FL GAN stage, whose seconds are its
     clients', each on one thread, summed (it trains ``--threads`` of them at once).
-    Progress is read for cells (their checkpoint or record) and DA-FL's GAN stages (their clients' files); of other
-    stages (tunings, prefixes) their logs under ``logs/campaign/`` tell."""
+    Progress is read for cells (their checkpoint or record), stages that run FL rounds (their runs' checkpoints:
+    ``_stage_runs``) and DA-FL's GAN stages (their clients' files)."""
     rows, found = [], []
     for job in plan_["jobs"]:
         done = Path(job["out"]).exists()
@@ -503,10 +504,9 @@ def _median_round(history: list[dict[str, Any]]) -> float | None:
 
 
 def _progress(job: dict[str, Any], done: bool) -> _Progress:
-    """A cell's progress from its record or checkpoint, a DP-CGAN stage's from its record or its clients' files;
-    a job with nothing kept has only its work to do, where it is known (a cell's rounds, a stage's steps)."""
-    import torch
-
+    """A cell's progress from its record or checkpoint, a stage's from its FL runs' checkpoints, a DP-CGAN stage's
+    from its record or its clients' files; a job with nothing kept has only its work to do, where it is known (a
+    cell's or a stage's rounds, a DP-CGAN stage's steps)."""
     a, work = job["args"], Path(job["args"].get("work_dir") or "/nonexistent")
     if job["kind"] == "cell":
         if done:
@@ -524,16 +524,53 @@ def _progress(job: dict[str, Any], done: bool) -> _Progress:
         from fed.config import FLConfig
 
         total = FLConfig.from_preset(a["preset"], a["dataset"]).rounds if "preset" in a else None
-        if not (path := work / "checkpoint.pt").exists():
-            return _Progress(todo=total)
-        ckpt = torch.load(path, weights_only=False, map_location="cpu")
-        rounds, acc = ckpt["round"], ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
-        words = f"round {rounds}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
-        left = None if total is None else total - rounds
-        return _Progress(words, ckpt["wall_seconds"], rounds, left, _median_round(ckpt["history"]))
+        return _runs_progress([(work, total)])
     if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan":
         return _gan_progress(job, done, work)
+    if job["kind"] == "stage" and not done and (runs := _stage_runs(a, work)) is not None:
+        return _runs_progress(runs)
     return _Progress()
+
+
+def _stage_runs(a: dict[str, Any], work: Path) -> list[tuple[Path, int]] | None:
+    """A stage's FL runs as ``fed.runner``'s stage kinds run them: (work dir, rounds) of each — one for Stage I, a
+    prefix, a model at round r or a centralized model, one a grid point for a tuning; None for another kind."""
+    from fed.config import FLConfig, MethodSpec, point_label
+
+    kind, params = a["stage"]["kind"], a["stage"]["params"]
+    if kind in ("vae_prelim", "fedavg_prefix", "model_at"):
+        return [(work, params["rounds"])]
+    rounds = FLConfig.from_preset(a["preset"], a["dataset"]).rounds
+    if kind == "centralized_model":
+        return [(work, rounds)]
+    if kind == "tuning":
+        spec = MethodSpec.from_config(a["method_name"], a["method"])
+        points = spec.grid() if spec.tune["grid"] else []
+        return [(work / point_label(p), spec.tune["rounds"] or rounds) for p in points]
+    return None
+
+
+def _runs_progress(runs: list[tuple[Path, int | None]]) -> _Progress:
+    """Progress of FL runs from their checkpoints (``work/checkpoint.pt``): one run's round (and accuracy there), or
+    the rounds done of all of them; the pace is their rounds' median."""
+    import torch
+
+    found = [(torch.load(path, weights_only=False, map_location="cpu"), total)
+             for work, total in runs if (path := work / "checkpoint.pt").exists()]  # fmt: skip
+    totals = [t for _, t in runs]
+    todo = None if None in totals else sum(totals)
+    if not found:
+        return _Progress(todo=todo)
+    rounds = sum(c["round"] for c, _ in found)
+    if len(runs) == 1:
+        [(ckpt, total)] = found
+        acc = ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
+        words = f"round {rounds}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
+    else:
+        words = f"{rounds}/{todo} rounds of {len(runs)} runs"
+    spent = sum(c["wall_seconds"] for c, _ in found)
+    pace = _median_round([r for c, _ in found for r in c["history"]])
+    return _Progress(words, spent, rounds, None if todo is None else todo - rounds, pace)
 
 
 def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:

@@ -207,6 +207,11 @@ def resolve_preset(presets: dict[str, dict[str, Any]], name: str) -> dict[str, A
     return resolved
 
 
+def point_label(point: dict[str, Any]) -> str:
+    """A grid point as names carry it: ``mu0.01``, ``mu0.01-tau0.5`` (sweep variants, tuning runs' work dirs)."""
+    return "-".join(f"{k}{v}" for k, v in point.items())
+
+
 def sweep_variants(name: str, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{variant name: method spec} of a method with a ``sweep:`` grid, one per grid point, e.g. ``fedprox-mu0.01``."""
     base = {k: v for k, v in spec.items() if k != "sweep"}
@@ -214,7 +219,7 @@ def sweep_variants(name: str, spec: dict[str, Any]) -> dict[str, dict[str, Any]]
     variants = {}
     for combo in itertools.product(*grid.values()):
         point = dict(zip(grid, combo))
-        variants[f"{name}-" + "-".join(f"{k}{v}" for k, v in point.items())] = base | point
+        variants[f"{name}-{point_label(point)}"] = base | point
     return variants
 
 

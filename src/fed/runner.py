@@ -22,7 +22,7 @@ import torch
 
 from fed import checkpoint
 from fed.algorithms import build_algorithm
-from fed.config import FLConfig, MethodSpec
+from fed.config import FLConfig, MethodSpec, point_label
 from fed.data.datasets import load_dataset
 from fed.data.partition import PartitionError, num_clients_for_avg_size, read_partition, validation_split
 from fed.engine import Engine
@@ -105,7 +105,7 @@ class StageJob:
     after: str | None = None  # a tuning's ``tune.after``: the file of the tuning whose choice it starts from
     rounds: int | None = None  # the preset's rounds (a tuning's ``round_params`` scale from them)
     threads: int = 1  # the job's threads (a DP-CGAN stage trains as many clients at once)
-    stop_at: float | None = None  # a DP-CGAN stage's deadline (fed campaign): its clients keep their state and stop
+    stop_at: float | None = None  # the deadline (fed campaign): its FL runs checkpoint, a DP-CGAN's clients stop
 
 
 def run_fedavg_prefix(job: StageJob) -> None:
@@ -166,7 +166,7 @@ def run_tuning(job: StageJob) -> None:
     spec = spec.at(first)  # tune.after: at the values that tuning chose (the protocol's shared lr), then its own grid
     scores = []
     for point in spec.grid() if tune["grid"] else []:
-        variant = "-".join(f"{k}{v}" for k, v in point.items())
+        variant = point_label(point)
         run = job.engine(
             spec.at(scaled(point, tune, job.rounds), f"{spec.name}-{variant}"),
             rounds=tune["rounds"],
@@ -265,15 +265,16 @@ def run_stage(
     stop_at: float | None = None,
 ) -> None:
     """Run one preparatory stage (its kind's function: ``stage_runner``), writing its output file ``out``; with
-    the method's local training settings where the stage carries them (``Stage.protocol``). ``stop_at``: a DP-CGAN
-    stage stops there, its clients' state kept (``fed.checkpoint.OutOfTime``); other kinds run to their end."""
+    the method's local training settings where the stage carries them (``Stage.protocol``). ``stop_at`` (a
+    ``time.time()``): past it the stage stops (``fed.checkpoint.OutOfTime``) and the next call resumes it — its FL run
+    (Stage I, a prefix, a tuning point) checkpointed after its current round, a DP-CGAN's clients' state kept."""
     cfg = cfg.with_protocol(stage.protocol, stage.key)
 
     def engine(method: str | MethodSpec, rounds: int | None = None, **kwargs) -> Engine:
         run_cfg = cfg if rounds is None else dataclasses.replace(cfg, rounds=rounds)
         spec = method if isinstance(method, MethodSpec) else MethodSpec(method, method)
         run_cfg = run_cfg.with_protocol(spec.protocol, spec.name)  # a tuning point's own (MethodSpec.at)
-        kwargs = {"work_dir": work_dir, "progress": progress} | kwargs
+        kwargs = {"work_dir": work_dir, "progress": progress, "stop_at": stop_at} | kwargs
         return make_engine(run_cfg, spec, dataset, data_root, partition_file, seed, threads, **kwargs)
 
     Path(out).parent.mkdir(parents=True, exist_ok=True)
