@@ -117,3 +117,47 @@ def test_a_model_at_stage_holds_the_cell_s_global_model_at_that_round(synthetic_
     assert all(torch.equal(record["state"][k], v) for k, v in states[2].items())
     assert not all(torch.equal(record["state"][k], v) for k, v in states[3].items())  # not its final model
     assert 0 <= record["last"]["global_acc"] <= 100
+
+
+class RecordingRun:
+    """An engine that records the work dir and rounds it was made with, checkpoints and reports a fixed round."""
+
+    def __init__(self, made, preset_rounds, spec, rounds=None, work_dir=None, until=None, **kwargs):
+        made.append((work_dir, until or rounds or preset_rounds))
+        self.checkpoint_path = work_dir / "checkpoint.pt"
+        self.global_state, self.cfg, self.round = {}, CFG, until
+
+    def run(self):
+        self.checkpoint_path.parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"round": 1}, self.checkpoint_path)
+        return {"diverged": False, "last": {"local_acc_mean": 50.0, "client_acc_variance": 1.0, "pooled_acc": 60.0}}
+
+
+def test_every_stage_kind_s_runs_are_the_ones_fed_campaign_reads(tmp_path):
+    """``stage_runs`` lists the FL runs (work dir, rounds) each kind's function makes, so ``fed campaign --status``
+    reads a stopped stage's checkpoints where they are: each kind run with a recording engine makes exactly those."""
+    from functools import partial
+
+    from fed.runner import STAGE_RUNNERS, StageJob, stage_runner, stage_runs
+
+    preset_rounds = 7
+    expected = {  # the stage's params, and the rounds of its (first) run
+        "fedavg_prefix": ({"rounds": 3}, 3),
+        "vae_prelim": ({"rounds": 2, "vae_weight": 0.05}, 2),
+        "model_at": ({"rounds": 4}, 4),
+        "centralized_model": ({}, preset_rounds),
+        "tuning": ({"method": "fedprox_t"}, 5),
+    }
+    tune = {"grid": {"mu": [0.01, 0.1]}, "rounds": 5}
+    method = MethodSpec.from_config("fedprox_t", {"algorithm": "fedprox", "mu": 0.01, "tune": tune})
+    assert set(expected) == set(STAGE_RUNNERS)
+    for kind, (params, rounds) in expected.items():
+        work, made = tmp_path / kind, []
+        engine = partial(RecordingRun, made, preset_rounds, work_dir=work)
+        stage = Stage.of(kind, **params)
+        job = StageJob(stage, "fmnist", tmp_path / f"{kind}.pt", None, engine, method, work, rounds=preset_rounds)
+        stage_runner(kind)(job)
+        runs = stage_runs(kind, dict(stage.params), preset_rounds, method, work)
+        assert made == runs and runs[0][1] == rounds, kind
+    assert len(made) == 2  # the tuning's two grid points
+    assert stage_runs("dp_cgan", {}, preset_rounds, None, tmp_path) is None  # a method's stage: its own progress

@@ -436,7 +436,7 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     its kind's timed jobs; None where there are none; ``summed`` — a DA-FL GAN stage, whose seconds are its
     clients', each on one thread, summed (it trains ``--threads`` of them at once).
     Progress is read for cells (their checkpoint or record), stages that run FL rounds (their runs' checkpoints:
-    ``_stage_runs``) and DA-FL's GAN stages (their clients' files)."""
+    ``fed.runner.stage_runs``) and DA-FL's GAN stages (their clients' files)."""
     rows, found = [], []
     for job in plan_["jobs"]:
         done = Path(job["out"]).exists()
@@ -533,21 +533,13 @@ def _progress(job: dict[str, Any], done: bool) -> _Progress:
 
 
 def _stage_runs(a: dict[str, Any], work: Path) -> list[tuple[Path, int]] | None:
-    """A stage's FL runs as ``fed.runner``'s stage kinds run them: (work dir, rounds) of each — one for Stage I, a
-    prefix, a model at round r or a centralized model, one a grid point for a tuning; None for another kind."""
-    from fed.config import FLConfig, MethodSpec, point_label
+    """A stage's FL runs (work dir, rounds), as ``fed.runner.stage_runs`` lists them; None for a method's stage."""
+    from fed.config import FLConfig, MethodSpec
+    from fed.runner import stage_runs
 
-    kind, params = a["stage"]["kind"], a["stage"]["params"]
-    if kind in ("vae_prelim", "fedavg_prefix", "model_at"):
-        return [(work, params["rounds"])]
     rounds = FLConfig.from_preset(a["preset"], a["dataset"]).rounds
-    if kind == "centralized_model":
-        return [(work, rounds)]
-    if kind == "tuning":
-        spec = MethodSpec.from_config(a["method_name"], a["method"])
-        points = spec.grid() if spec.tune["grid"] else []
-        return [(work / point_label(p), spec.tune["rounds"] or rounds) for p in points]
-    return None
+    method = MethodSpec.from_config(a["method_name"], a["method"]) if a.get("method") else None
+    return stage_runs(a["stage"]["kind"], a["stage"]["params"], rounds, method, work)
 
 
 def _runs_progress(runs: list[tuple[Path, int | None]]) -> _Progress:

@@ -165,13 +165,12 @@ def run_tuning(job: StageJob) -> None:
     first = checkpoint.load_file(job.after, "cpu", "tuning stage")["chosen"] if job.after else {}
     spec = spec.at(first)  # tune.after: at the values that tuning chose (the protocol's shared lr), then its own grid
     scores = []
-    for point in spec.grid() if tune["grid"] else []:
-        variant = point_label(point)
+    for point, work_dir in tuning_points(spec, job.work_dir):
         run = job.engine(
-            spec.at(scaled(point, tune, job.rounds), f"{spec.name}-{variant}"),
+            spec.at(scaled(point, tune, job.rounds), f"{spec.name}-{point_label(point)}"),
             rounds=tune["rounds"],
             validation_fraction=tune["validation_fraction"],
-            work_dir=job.work_dir / variant,
+            work_dir=work_dir,
         )
         summary = run.run()
         values = {m: None if summary["diverged"] else summary["last"].get(m) for m in VALIDATION_METRICS}
@@ -179,6 +178,11 @@ def run_tuning(job: StageJob) -> None:
         scores.append({**point, **values, "diverged": summary["diverged"]})
     chosen = first | ({k: select_point(scores, tune)[k] for k in tune["grid"]} if scores else {})
     torch.save({"chosen": chosen, "scores": scores, "tune": tune} | ({"after": first} if job.after else {}), job.out)
+
+
+def tuning_points(spec: MethodSpec, work_dir: Path) -> list[tuple[dict[str, Any], Path]]:
+    """A tuning's grid points, each with the work directory of its run."""
+    return [(point, work_dir / point_label(point)) for point in (spec.grid() if spec.tune["grid"] else [])]
 
 
 def scaled(point: dict[str, Any], tune: dict[str, Any], rounds: int | None) -> dict[str, Any]:
@@ -235,6 +239,25 @@ STAGE_RUNNERS: dict[str, Callable[[StageJob], None]] = {
     "vae_prelim": run_vae_prelim,
     "model_at": run_model_at,
 }
+
+
+def stage_runs(
+    kind: str, params: dict[str, Any], rounds: int, method: MethodSpec | None, work_dir: Path
+) -> list[tuple[Path, int]] | None:
+    """The FL runs a stage of ``kind`` (one of STAGE_RUNNERS) makes, as its function above makes them: the work
+    directory and the rounds of each (``rounds``: the preset's), whose checkpoints say where a stopped stage stands
+    (``fed campaign --status``); None for a method's stage (METHOD_STAGES), whose progress is its own."""
+    if kind in ("fedavg_prefix", "vae_prelim", "model_at"):
+        return [(work_dir, params["rounds"])]
+    if kind == "centralized_model":
+        return [(work_dir, rounds)]
+    if kind == "tuning":
+        return [(work, method.tune["rounds"] or rounds) for _, work in tuning_points(method, work_dir)]
+    if kind in STAGE_RUNNERS:
+        raise NotImplementedError(f"stage_runs: say which FL runs a {kind!r} stage makes")
+    return None
+
+
 # Kinds whose code is one method's: the module whose ``run_stage(job)`` runs it, imported when such a stage runs, so
 # it is in no cell's code identity (``fed.identity``); its numbers come from modules its method imports (DA-FL's
 # ``fed.dpgan``), so they are in that method's identity (``StageKind.algorithm``), its scheduling in none.
