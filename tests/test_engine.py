@@ -380,3 +380,27 @@ def test_the_active_units_script_reads_a_cell_it_finds_by_its_directory(setup, s
     assert text.startswith(f"{out}: fedavg, ") and "predicted per class [" in text
     model, _ = load_cell_model(out / "metrics.json", out / "model.pt")
     assert text.count(" units  active ") == sum(isinstance(m, torch.nn.ReLU) for m in model.modules()) > 0
+
+
+def test_the_init_setting_draws_the_run_s_first_global_model(setup):
+    """``init: xavier_relu`` (FedDPMS' code) re-draws the initial model's Conv2d and Linear weights from the run's
+    own stream (the same seed, the same model); its biases and BatchNorm stay PyTorch's, as under ``init: torch``."""
+    from fed.models import initialise
+
+    train, test, part, _ = setup
+
+    def first(init, seed=0):
+        cfg = FLConfig(**SMALL, model="cnn_dpms_fmnist", init=init)
+        return Engine(cfg, build_algorithm("fedavg"), train, test, part, seed, progress=None).ctx.global_state
+
+    torch_init, xavier = first("torch"), first("xavier_relu")
+    assert all(torch.equal(v, first("xavier_relu")[k]) for k, v in xavier.items())
+    assert not torch.equal(xavier["body.0.0.weight"], first("xavier_relu", seed=1)["body.0.0.weight"])
+    engine = Engine(
+        FLConfig(**SMALL, model="cnn_dpms_fmnist"), build_algorithm("fedavg"), train, test, part, 0, progress=None
+    )
+    initialise(engine.ctx.model, "xavier_relu", engine.ctx.rng("init_weights"))
+    assert all(torch.equal(v, xavier[k]) for k, v in engine.ctx.model.state_dict().items())
+    assert {k for k in xavier if not torch.equal(xavier[k], torch_init[k])} == {
+        k for k in xavier if k.endswith("weight") and xavier[k].dim() > 1
+    }

@@ -117,3 +117,31 @@ def test_the_dafl_width_study_scales_every_layer_of_the_classifier():
         model = build_model(name, 1, 10, 28)
         assert sum(p.numel() for p in model.parameters()) == count(*widths), name
         assert model.features(torch.zeros(2, 1, 28, 28)).shape == (2, 16 * widths[1])
+
+
+def test_the_authors_init_draws_every_conv_and_linear_weight_xavier_uniform_with_the_relu_gain():
+    """FedDPMS' code re-draws each Conv2d and Linear weight from U(±√2·√(6 / (fan_in + fan_out))) (its
+    train.py:213-215); biases and BatchNorm keep PyTorch's; "torch" changes nothing."""
+    from fed.models import initialise
+
+    torch.manual_seed(0)
+    model = build_model("cnn_dpms_fmnist", 1, 10, 28)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    initialise(model, "torch", torch.Generator().manual_seed(1))
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    initialise(model, "xavier_relu", torch.Generator().manual_seed(1))
+    changed = {k for k, v in model.state_dict().items() if not torch.equal(v, before[k])}
+    layers = [m for m in model.modules() if isinstance(m, (torch.nn.Conv2d, torch.nn.Linear))]
+    assert len(layers) == 5 and changed == {n + ".weight" for n, m in model.named_modules() if m in layers}
+    for m in layers:
+        fan_out, fan_in = m.weight.shape[0] * m.weight[0, 0].numel(), m.weight[0].numel()
+        bound = 2**0.5 * (6 / (fan_in + fan_out)) ** 0.5  # e.g. Linear(3136, 32): 0.0616
+        w = m.weight.detach()
+        assert w.abs().max().item() <= bound and w.std().item() == pytest.approx(bound / 3**0.5, rel=0.1)
+    with pytest.raises(ValueError, match="unknown init 'he'"):
+        initialise(model, "he", torch.Generator())
+    from fed.config import FLConfig
+
+    preset = {k: FLConfig.defaults().get(k, 1) for k in FLConfig.PROTOCOL} | {"num_clients": 2, "init": "he"}
+    with pytest.raises(ValueError, match=r"p: init='he' is not one of \['torch', 'xavier_relu'\]"):
+        FLConfig.from_preset(preset, "fmnist", name="p")  # a bad setting is named before any run starts

@@ -31,6 +31,7 @@ class FLConfig:
     eval_every: int = 1
     checkpoint_every: int = 5
     model: str = "cnn_mnist"
+    init: str = "torch"  # the model's initial weights (INIT_SCHEMES; fed.models.initialise)
     report: str = "last"  # protocol the tables apply: "last" round or "best" round
     device: str = "auto"
     channels_last: bool = True
@@ -86,6 +87,8 @@ class FLConfig:
         _check_types(values, name)
         if values.get("vectorise", False) not in (True, False, "auto"):
             raise ValueError(f"{name}: vectorise={values['vectorise']!r} is not true, false or 'auto'")
+        if values.get("init", "torch") not in INIT_SCHEMES:
+            raise ValueError(f"{name}: init={values['init']!r} is not one of {list(INIT_SCHEMES)}")
         return cls(**values)
 
     def with_protocol(self, protocol: dict[str, Any] | None, name: str = "method") -> FLConfig:
@@ -109,6 +112,11 @@ class FLConfig:
             return str(device).split(":")[0] == "cuda"
         return self.vectorise
 
+
+# ``init``: "torch" keeps PyTorch's default initialisation; "xavier_relu" is FedDPMS' code (train.py:213-215):
+# ``xavier_uniform_`` with the ReLU gain √2 on the weight of every Conv2d and Linear (biases, BatchNorm and transposed
+# convolutions keep theirs).
+INIT_SCHEMES = ("torch", "xavier_relu")
 
 PER_DATASET = ("model", "num_clients")  # preset keys that may map dataset -> value (FLea: |K| per dataset)
 

@@ -32,7 +32,7 @@ from torch import nn
 from fed.client_store import ClientStore
 from fed.config import FLConfig
 from fed.data.datasets import TensorDataset
-from fed.models import build_model
+from fed.models import build_model, initialise
 from fed.training import LocalStats, SGDSettings, State, local_sgd, mean_loss, state_copy
 
 
@@ -69,6 +69,8 @@ class Context:
         self.ledger: dict[str, float] = {}
         torch.manual_seed(self.seed_int("init"))
         self.model = self.new_model()
+        if cfg.init != "torch":  # another scheme's draws come from a stream of their own
+            initialise(self.model, cfg.init, self.rng("init_weights"))
         self.global_state: State = state_copy(self.model)
         self._global_model: tuple[int, nn.Module] | None = None
         self.batched = None  # a fed.batched.BatchedRound, set by run_round while the round's clients train together

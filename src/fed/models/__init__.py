@@ -1,5 +1,6 @@
 """Model registry: ``build_model(name, in_channels, num_classes, image_size, width)``; every model is a
-:class:`~fed.models.base.SplitModel` (``features`` / ``head``, cut at ``cut_layer``)."""
+:class:`~fed.models.base.SplitModel` (``features`` / ``head``, cut at ``cut_layer``); ``initialise`` re-draws a
+model's weights by another scheme than PyTorch's defaults (an FL setting: ``init``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,10 @@ import inspect
 from collections.abc import Callable
 from functools import partial
 
+import torch
+from torch import nn
+
+from fed.config import INIT_SCHEMES
 from fed.models.base import SplitModel
 from fed.models.cnn import DAFLCNN, FedZDACifarCNN, FedZDAMnistCNN
 from fed.models.flea_nets import AudioNet, HARNet
@@ -43,4 +48,16 @@ def build_model(name: str, in_channels: int, num_classes: int, image_size: int, 
     return MODELS[name](in_channels=in_channels, num_classes=num_classes, image_size=image_size, **kwargs)
 
 
-__all__ = ["MODELS", "SplitModel", "build_model"]
+def initialise(model: nn.Module, scheme: str, generator: torch.Generator) -> None:
+    """Re-draw ``model``'s weights (its ``extras`` included) by ``scheme`` (``fed.config.INIT_SCHEMES``), from
+    ``generator``."""
+    if scheme not in INIT_SCHEMES:
+        raise ValueError(f"unknown init {scheme!r}; valid choices: {list(INIT_SCHEMES)}")
+    if scheme == "xavier_relu":
+        gain = nn.init.calculate_gain("relu")
+        for m in model.modules():
+            if isinstance(m, (nn.Conv2d, nn.Linear)):
+                nn.init.xavier_uniform_(m.weight, gain=gain, generator=generator)
+
+
+__all__ = ["MODELS", "SplitModel", "build_model", "initialise"]
