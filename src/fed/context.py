@@ -69,8 +69,7 @@ class Context:
         self.ledger: dict[str, float] = {}
         torch.manual_seed(self.seed_int("init"))
         self.model = self.new_model()
-        if cfg.init != "torch":  # another scheme's draws come from a stream of their own
-            initialise(self.model, cfg.init, self.rng("init_weights"))
+        initialise(self.model, cfg.init, self.rng("init_weights"))  # "torch": as built; another scheme: its own stream
         self.global_state: State = state_copy(self.model)
         self._global_model: tuple[int, nn.Module] | None = None
         self.batched = None  # a fed.batched.BatchedRound, set by run_round while the round's clients train together
