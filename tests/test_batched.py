@@ -220,3 +220,23 @@ def test_the_clients_tensors_are_stacked_row_major_whatever_the_model_s_memory_f
     for n in names:
         assert stacked[n].is_contiguous() and all(stacked[n][k].is_contiguous() for k in range(3))
         assert torch.equal(stacked[n], torch.stack([r.start[n] for r in group]))
+
+
+def test_the_clients_per_client_state_is_stacked_row_major_too():
+    """MOON's previous local models (channels-last, as every preset's model) differ between clients after a round, so
+    they are stacked: as the weights, row-major (round 2 of MOON's batched cells failed so on an H200, 2026-11-30)."""
+    from types import SimpleNamespace
+
+    from fed.batched import _batched_locals
+
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.BatchNorm2d(4)).to(memory_format=torch.channels_last)
+    shared = {n: t.clone() for n, t in model.state_dict().items()}
+    group = [
+        SimpleNamespace(local=SimpleNamespace(global_params=shared, extra={"prev": {"w": model[0].weight * (k + 1)}}))
+        for k in range(3)
+    ]
+    assert not group[0].local.extra["prev"]["w"].is_contiguous()
+    _, leaves, dims = _batched_locals(group)
+    stacked = [leaf for leaf, dim in zip(leaves, dims) if dim == 0]
+    assert len(stacked) == 1 and stacked[0].is_contiguous() and all(s.is_contiguous() for s in stacked[0])
+    assert torch.equal(stacked[0], torch.stack([r.local.extra["prev"]["w"] for r in group]))

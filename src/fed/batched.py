@@ -174,7 +174,8 @@ def _train_alone(r: Request, ctx: Context) -> None:
 def _batched_locals(group: list[Request]) -> tuple[Any, list, list] | None:
     """The clients' LocalContexts as one pytree: (spec, leaves, in_dims) — a tensor leaf that differs between the
     clients stacked (in_dim 0), one they share passed once (None); None when they cannot be batched (different
-    structures, or plain values that differ)."""
+    structures, or plain values that differ). Stacked leaves are row-major for the reason ``_stack`` gives: a
+    channels-last state per client (MOON's previous model) failed MOON's second round on an H200, 2026-11-30."""
     flat = [pytree.tree_flatten((r.local.global_params, r.local.extra)) for r in group]
     spec = flat[0][1]
     if any(s != spec for _, s in flat):
@@ -186,7 +187,7 @@ def _batched_locals(group: list[Request]) -> tuple[Any, list, list] | None:
             leaves.append(first)
             dims.append(None)
         elif all(isinstance(v, torch.Tensor) and v.shape == first.shape and v.dtype == first.dtype for v in values):
-            leaves.append(torch.stack(values))
+            leaves.append(torch.stack(values).contiguous())  # row-major, as _stack's (MOON's previous models)
             dims.append(0)
         elif not any(isinstance(v, torch.Tensor) for v in values) and all(v == first for v in values):
             leaves.append(first)
