@@ -8,7 +8,7 @@
 #           gzip -kf data/fmnist/tensors.pt    # 55 MB -> 31 MB: the tracked tree (27 MB) and it fit the tool's 64 MiB
 #           echo /.whl/ >> .git/info/exclude && python3 -m pip download --no-deps --only-binary=:all: \
 #             --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 -d .whl \
-#             opacus==1.6.0 dp-accounting==0.6.0
+#             opacus==1.6.0 dp-accounting==0.6.0 dm-tree==0.1.10   # dm-tree: dp-accounting's, not in the H200's image
 #   there:  bash scripts/device_campaign.sh campaign.json 8 4 4   # PLAN MINUTES [JOBS] [THREADS]
 #           (the device tool's run, carrying data/fmnist/tensors.pt.gz, partitions and .whl; on an H200, 8 jobs and
 #           5 threads ran 4 FedProx cells at 16 s a round beside 3 GAN stages of 5 clients at once: a 50-round DA-FL

@@ -6,7 +6,8 @@
 #   there:  bash scripts/device_checks.sh    (the device tool's run, carrying data/fmnist/tensors.pt.gz and .whl)
 #
 # 1. the GPU tests (tests/test_gpu.py; the DP-CGAN's GPU-vs-CPU draw in float64 since 2026-11-27, not yet run there);
-# 2. a batched round with BatchNorm on CUDA (Fed-ZDA's, which failed on an H200 before fed.batched._stack) and
+# 2. a batched round with BatchNorm on CUDA (Fed-ZDA's, which failed on an H200 before fed.batched._stack; MOON's
+#    second round, whose stacked previous models failed there before f5e6997; both ran there on 2026-11-30) and
 #    DA-FL's, each against the loop, with deterministic kernels and without (`deterministic: false`, TF32 still off);
 #    3. Opacus' per-sample-gradient modes on CUDA, warmed and alternated;
 # 4. FedMix's round (203 s batched on an H200 at E = 5, FedProx's ≈ 16 s; on one CPU thread its batched round is
@@ -26,6 +27,7 @@ step() {  # NAME SECONDS COMMAND...: run with a limit, keep the log, print its t
 }
 step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 step batched_fedzda 60 python3 benchmarks/batched_round.py --only fedzda --rounds 1 --device cuda
+step batched_moon 90 python3 benchmarks/batched_moon.py cuda 20000
 step batched_dafl 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda
 step batched_dafl_fast 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda --nondeterministic
 step dp_modes 60 python3 benchmarks/dp_modes.py --steps 8 --repeats 2 --device cuda
