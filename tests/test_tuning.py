@@ -239,3 +239,43 @@ def test_a_round_parameter_is_scaled_to_the_tuning_s_rounds():
     assert scaled({"start_round": 16}, tune | {"rounds": None}, 20) == {"start_round": 16}  # the preset's rounds
     with pytest.raises(ValueError, match=r"tune.round_params: \['q0'\] are not grid parameters"):
         checked({"grid": GRID, "round_params": ["q0"]})
+
+
+def test_a_method_whose_every_point_diverges_is_recorded_diverged_and_its_cell_trains_no_round(
+    tmp_path, synthetic_root
+):
+    """docs/headtohead-protocol.md, 2.5: a method whose every grid point diverges is reported as diverged in that
+    regime and seed, a result and not a gap. The stage records it (no choice, no error); the cell then trains no round
+    and its metrics.json says it diverged before round 1 (FedDPMS under the shared SGD, 1 class a client, 2026-12-01:
+    the stage failed before, and the protocol's FedDPMS cells could not run)."""
+    from fed.config import FLConfig
+    from fed.data.datasets import load_labels
+    from fed.data.partition import make_partition
+    from fed.runner import run_cell, tuned
+
+    class Diverges(FakeRun):
+        def run(self):
+            nan = float("nan")
+            return {"diverged": True, "last": {"local_acc_mean": nan, "client_acc_variance": nan, "pooled_acc": nan}}
+
+    tune = {"grid": GRID, "rounds": 30, "select_by": "pooled_acc"}
+    spec = MethodSpec.from_config("qffl", {"algorithm": "qffl", "lipschitz": 50.0, "tune": tune})
+    stage = tmp_path / "t.pt"
+    run_tuning(StageJob(Stage.of("tuning", method="qffl"), "fmnist", stage, None, Diverges, spec, tmp_path))
+    record = torch.load(stage, weights_only=False)
+    assert record["diverged"] and record["chosen"] == {} and all(s["diverged"] for s in record["scores"])
+    assert tuned(spec, {"tuning": stage})[0].params == spec.params  # no point chosen: the configured values
+    # one point that did not diverge is chosen as before, and the record says the method did not diverge
+    run_tuning(StageJob(Stage.of("tuning", method="qffl"), "fmnist", tmp_path / "u.pt", None, FakeRun, spec, tmp_path))
+    assert not torch.load(tmp_path / "u.pt", weights_only=False)["diverged"]
+
+    part = tmp_path / "part.json"
+    part.write_text(
+        json.dumps(make_partition(load_labels("synthetic", synthetic_root), "label_quantity", 4, seed=0, k=2))
+    )
+    cfg = FLConfig(num_clients=4, fraction=0.5, rounds=3, local_epochs=1, batch_size=16, lr=0.01, model="cnn_mnist")
+    out = run_cell(cfg, spec, "synthetic", synthetic_root, part, 0, tmp_path / "cell", stages={"tuning": stage},
+                   progress=None)  # fmt: skip
+    assert out["diverged"] and out["diverged_round"] == 0 and out["rounds_completed"] == 0 and out["history"] == []
+    written = json.loads((tmp_path / "cell" / "metrics.json").read_text())
+    assert written["diverged"] and written["tuning"]["diverged"] and written["last"]["global_acc"] is None

@@ -160,7 +160,8 @@ def run_tuning(job: StageJob) -> None:
     metrics (``validation_<metric>`` for each of VALIDATION_METRICS; None for a diverged point) and the point
     ``select_point`` chooses. With ``tune.after`` every point runs at the values that tuning chose (``job.after``),
     and the chosen values include them (an empty grid: those values alone); ``tune.round_params`` run scaled to the
-    tuning's rounds (``scaled``)."""
+    tuning's rounds (``scaled``). Where every point diverged the record says ``diverged`` and chooses none: the
+    method diverged in that regime and seed (docs/headtohead-protocol.md, section 2.5), and its cell records so."""
     spec, tune = job.method, job.method.tune
     first = checkpoint.load_file(job.after, "cpu", "tuning stage")["chosen"] if job.after else {}
     spec = spec.at(first)  # tune.after: at the values that tuning chose (the protocol's shared lr), then its own grid
@@ -176,8 +177,10 @@ def run_tuning(job: StageJob) -> None:
         values = {m: None if summary["diverged"] else summary["last"].get(m) for m in VALIDATION_METRICS}
         values = {f"validation_{m}": v if v is not None and math.isfinite(v) else None for m, v in values.items()}
         scores.append({**point, **values, "diverged": summary["diverged"]})
-    chosen = first | ({k: select_point(scores, tune)[k] for k in tune["grid"]} if scores else {})
-    torch.save({"chosen": chosen, "scores": scores, "tune": tune} | ({"after": first} if job.after else {}), job.out)
+    diverged = bool(scores) and all(s["diverged"] for s in scores)
+    chosen = first | ({k: select_point(scores, tune)[k] for k in tune["grid"]} if scores and not diverged else {})
+    record = {"chosen": chosen, "scores": scores, "tune": tune, "diverged": diverged}
+    torch.save(record | ({"after": first} if job.after else {}), job.out)
 
 
 def tuning_points(spec: MethodSpec, work_dir: Path) -> list[tuple[dict[str, Any], Path]]:
@@ -319,6 +322,9 @@ def write_history_csv(history: list[dict[str, Any]], path: Path) -> None:
             writer.writerow({k: "" if isinstance(v, float) and not math.isfinite(v) else v for k, v in row.items()})
 
 
+TUNING_RECORDED = ("scores", "tune", "after", "diverged")  # what a tuned cell's metrics.json keeps of its stage
+
+
 def run_cell(
     cfg: FLConfig,
     method: MethodSpec,
@@ -336,7 +342,8 @@ def run_cell(
 ) -> dict[str, Any]:
     """Train one cell and write its ``metrics.json``, ``history.csv`` and ``model.pt`` to ``out_dir``; resumes from
     ``work_dir``'s checkpoint. ``stop_at`` (a ``time.time()``): past it, the run checkpoints after its current
-    round and raises ``fed.engine.OutOfTime`` (``fed campaign``)."""
+    round and raises ``fed.engine.OutOfTime`` (``fed campaign``). A cell whose tuning diverged at every point
+    trains no round and records that it diverged (before round 1)."""
     method, tuning = tuned(method, stages)
     cfg = cfg.with_protocol(method.protocol, method.name)  # the settings it runs with are the ones recorded
     cell = {
@@ -384,6 +391,8 @@ def run_cell(
     previous = (
         signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     )
+    if tuning and tuning.get("diverged"):
+        engine.diverged_round = 0  # every tuning point diverged: the protocol reports the method diverged here
     try:
         summary = engine.run()
         out = Path(out_dir)
@@ -393,7 +402,7 @@ def run_cell(
         record = {
             **cell,
             "identity": engine.fingerprint(),
-            **({"tuning": {k: tuning[k] for k in ("scores", "tune", "after") if k in tuning}} if tuning else {}),
+            **({"tuning": {k: tuning[k] for k in TUNING_RECORDED if k in tuning}} if tuning else {}),
             **summary,
         }
         tmp = out / "metrics.json.tmp"
