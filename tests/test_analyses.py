@@ -79,3 +79,21 @@ def test_fed_analyse_reads_a_committed_leaderboard():
     assert proc.returncode == 0, proc.stderr[-2000:]
     survivors_table = proc.stdout.split("\n\n")[-1]
     assert "survives" in survivors_table and len(survivors_table.strip().splitlines()) == 12  # header + 11 methods
+
+
+def test_fed_analyse_names_the_cells_a_board_still_misses(tmp_path):
+    """A board with cells not yet run (the protocol's, with a seed nobody runs): a clear error that counts the missing
+    cells and names one, not a FileNotFoundError from deep in the tables (run in a directory without results/)."""
+    import subprocess
+    import sys
+
+    from conftest import REPO
+
+    (tmp_path / "seed99.yaml").write_text("tables:\n  headtohead_protocol_shared:\n    seeds: [0, 99]\n")
+    names = ("headtohead", "headtohead_cpu", "headtohead_protocol")
+    configs = [str(REPO / f"config/{name}.yaml") for name in names] + [str(tmp_path / "seed99.yaml")]
+    proc = subprocess.run([sys.executable, "-m", "fed", "analyse", *configs, "--table", "headtohead_protocol_shared"],
+                          capture_output=True, text=True, cwd=tmp_path)  # fmt: skip
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "cells are neither committed (current) nor under results/, e.g. results/runs/h2h_protocol/" in proc.stderr
+    assert "/seed99/metrics.json" in proc.stderr or "/seed0/metrics.json" in proc.stderr

@@ -23,6 +23,7 @@ analysis and under each of pooled_t, wilcoxon and friedman.
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import numpy as np
 import pandas as pd  # scipy.stats is imported in the functions that test (≈ 1 s; the workflow imports this)
@@ -135,6 +136,11 @@ def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool
 
     spec = grid.config["tables"][table]
     cells = [dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(spec)]
+    if missing := [c["path"] for c in cells if not Path(c["path"]).is_file()]:
+        raise ValueError(
+            f"table {table!r}: {len(missing)} of its {len(cells)} cells are neither committed (current) nor under "
+            f"results/, e.g. {missing[0]}: run them first (fed campaign / snakemake), or narrow the table's config"
+        )
     runs = collect_runs(cells)
     x = seed_values(runs, metric, grid.preset(spec["preset"])["report"]).dropna(subset=["value"])
     several = x["dataset"].nunique() > 1
