@@ -4,13 +4,16 @@ Fashion-MNIST (or synthetic data of its shape where it is not prepared):
 
 - ``fedzda``: Fed-ZDA's round — 10 of 100 unimodal clients, E = 5, B = 10, lr 0.02, its CNN (cnn_mnist);
 - ``dafl``: DA-FL's round — all 10 clients of a Dir(0.05) partition, all their data, B = 32, momentum 0.5, its CNN
-  (cnn_dafl); ``--dafl-epochs`` (default 1 of the protocol's 5: the seconds scale with it).
+  (cnn_dafl); ``--dafl-epochs`` (default 1 of the protocol's 5: the seconds scale with it);
+- ``dpms``: FedDPMS' FMNIST CNN (BatchNorm, channels-last) — 4 clients of a Dir(0.5) partition, E = 1, B = 64, lr
+  0.01; with ``--method moon --rounds 3`` its batched rounds 2–3 stack each client's previous model (they failed on
+  CUDA before f5e6997).
 
-    python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl] [--device cpu|cuda]
+    python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl|dpms] [--device cpu|cuda]
                                        [--nondeterministic] [--method fedavg|fedmix|…]
 
 Prints a row per protocol (seconds looped, batched, their ratio, and the largest difference of the two global
-models after the same rounds: float32 rounding) and, last, ``speedup_fedzda=<x> speedup_dafl=<y>``.
+models after the same rounds: float32 rounding) and, last, ``speedup_<protocol>=<x>`` for each.
 """
 
 from __future__ import annotations
@@ -46,6 +49,18 @@ PROTOCOLS = {
             local_test_fraction=0.1,
         ),
         ("dirichlet", {"beta": 0.05}),
+    ),  # fmt: skip
+    "dpms": (
+        dict(
+            num_clients=4,
+            fraction=1.0,
+            local_epochs=1,
+            batch_size=64,
+            lr=0.01,
+            model="cnn_dpms_fmnist",
+            local_test_fraction=0.0,
+        ),
+        ("dirichlet", {"beta": 0.5}),
     ),  # fmt: skip
 }
 

@@ -27,7 +27,7 @@ step() {  # NAME SECONDS COMMAND...: run with a limit, keep the log, print its t
 }
 step gpu_tests 120 python3 -m pytest -q -p no:cacheprovider -m gpu tests/test_gpu.py
 step batched_fedzda 60 python3 benchmarks/batched_round.py --only fedzda --rounds 1 --device cuda
-step batched_moon 90 python3 benchmarks/batched_moon.py cuda 20000
+step batched_moon 120 python3 benchmarks/batched_round.py --only dpms --method moon --rounds 3 --device cuda --nondeterministic
 step batched_dafl 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda
 step batched_dafl_fast 60 python3 benchmarks/batched_round.py --only dafl --rounds 2 --device cuda --nondeterministic
 step dp_modes 60 python3 benchmarks/dp_modes.py --steps 8 --repeats 2 --device cuda
