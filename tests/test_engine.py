@@ -124,6 +124,23 @@ def test_divergence_is_recorded_not_averaged(setup, tmp_path):
     assert row["ours_mean"] == pytest.approx(good["last"]["global_acc"])
 
 
+def test_a_run_whose_tuning_diverged_everywhere_trains_nothing_beside_a_checkpoint_of_its_identity(setup, tmp_path):
+    """A method whose every tuning point diverged reports diverged before round 1 (docs/headtohead-protocol.md, 2.5);
+    a finished checkpoint of the same identity in its work dir (an earlier run of the cell) must not turn it back into
+    a trained run."""
+    train, test, part, _ = setup
+
+    def engine(**kwargs):
+        cfg = FLConfig(**(SMALL | {"checkpoint_every": 1}))
+        return Engine(cfg, build_algorithm("fedavg"), train, test, part, 0, work_dir=tmp_path, progress=None, **kwargs)
+
+    trained = engine().run()
+    assert trained["rounds_completed"] == 3 and not trained["diverged"]
+    out = engine(diverged_in_tuning=True).run()
+    assert out["diverged"] and out["diverged_round"] == 0 and out["history"] == [] and out["rounds_completed"] == 0
+    assert math.isnan(out["last"]["global_acc"]) and out["best"] == {}
+
+
 def test_checkpoint_of_other_settings_is_not_resumed(setup, tmp_path):
     run(setup, work_dir=tmp_path, checkpoint_every=1)
     other = run(setup, work_dir=tmp_path, lr=0.05)  # same work dir, different lr: must start from scratch

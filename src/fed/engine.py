@@ -51,8 +51,12 @@ class Engine:
         on_start: Callable[[str, bool], None] | None = None,
         stop_at: float | None = None,
         until: int | None = None,
+        diverged_in_tuning: bool = False,
     ):
         self.cfg, self.algorithm, self.seed, self.label = cfg, algorithm, seed, label
+        # every tuning point of this method diverged (docs/headtohead-protocol.md, 2.5): the run reports it diverged
+        # before round 1 and trains nothing, whatever a checkpoint of its identity says
+        self.diverged_in_tuning = diverged_in_tuning
         self.stop_at = stop_at  # time.time() after which the run checkpoints its last round and stops (OutOfTime)
         # the last round to run: the cell's config, stopped early (a ``model_at`` stage: its rounds are the cell's)
         self.last_round = min(cfg.rounds, until or cfg.rounds)
@@ -206,8 +210,12 @@ class Engine:
         cfg, ctx = self.cfg, self.ctx
         started = time.perf_counter()
         self.algorithm.setup(ctx)  # deterministic; re-run on resume, expensive products come from stages
-        resumed = self.try_resume()
-        if not resumed:
+        if self.diverged_in_tuning:
+            resumed, self.diverged_round, self.history = False, 0, []
+            self._log("every tuning point diverged: no round is trained, the run reports it diverged before round 1")
+        else:
+            resumed = self.try_resume()
+        if not resumed and not self.diverged_in_tuning:
             if self.work_dir and (self.work_dir / "clients").exists():
                 shutil.rmtree(self.work_dir / "clients")  # client state of another identity
             if self.warm_start:

@@ -386,13 +386,12 @@ def run_cell(
         progress=progress,
         stages=stages,
         stop_at=stop_at,
+        diverged_in_tuning=bool(tuning and tuning.get("diverged")),
         **callbacks,
     )
     previous = (
         signal.signal(signal.SIGTERM, _terminate) if threading.current_thread() is threading.main_thread() else None
     )
-    if tuning and tuning.get("diverged"):
-        engine.diverged_round = 0  # every tuning point diverged: the protocol reports the method diverged here
     try:
         summary = engine.run()
         out = Path(out_dir)
