@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO
+from conftest import REPO, snakemake, write_yaml
 
 from fed import campaign
 from fed.cli import export_reference
@@ -150,6 +150,44 @@ def test_a_plan_narrowed_to_partitions_holds_their_cells_and_only_their_inputs(t
     proc = subprocess.run([sys.executable, "-m", "fed", "campaign", str(REPO / "config/smoke.yaml"), "--partition",
                            "nope", "--write-plan", "p.json"], capture_output=True, text=True)  # fmt: skip
     assert proc.returncode == 1 and "no partition ['nope']" in proc.stderr and not Path("p.json").exists()
+
+
+def test_an_audited_table_s_cells_are_audited_after_them_as_rule_audit_audits_them(smoke_run, tmp_path, monkeypatch):
+    """A table with ``audit: true`` (the head-to-head under its protocol): each cell's audit is planned after it and
+    writes rule audit's record, equal to the workflow's for the same cell but for the jobs' costs, which the
+    campaign's cell and stage write as Snakemake's ``benchmark:`` does; a finished cell whose audit is missing gets
+    one where its model is, and one whose model is gone is named, not planned."""
+    workdir, _ = smoke_run
+    monkeypatch.chdir(tmp_path)
+    smoke, overlay = (
+        str(REPO / "config/smoke.yaml"),
+        write_yaml(tmp_path / "audit.yaml", {"tables": {"leaderboard": {"audit": True}}}),
+    )
+    cell = "results/runs/smoke/synthetic/multimodal/fedzdas/seed{}"
+    snakemake(workdir, f"{cell.format(0)}/audit.json", "--cores", "1", "--configfile", smoke, overlay)
+    config = [[smoke, str(overlay)]]
+    todo = campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])
+    order = [(j["kind"], j["label"][-1]) for j in todo["jobs"] if j["kind"] in ("cell", "audit")]
+    assert order == [("cell", "0"), ("audit", "0"), ("cell", "1"), ("audit", "1")]
+    audit = next(j for j in todo["jobs"] if j["kind"] == "audit")
+    assert audit["out"] == f"{cell.format(0)}/audit.json" and f"{cell.format(0)}/metrics.json" in audit["needs"]
+    campaign.write_plan(todo, "plan.json")
+    fed("campaign", "--plan", "plan.json", "--minutes", "20", "--jobs", "1", "--threads", "1", cwd=tmp_path)
+
+    ours = json.loads((tmp_path / cell.format(0) / "audit.json").read_text())
+    theirs = json.loads((workdir / cell.format(0) / "audit.json").read_text())
+    assert {k: v for k, v in ours.items() if k != "jobs"} == {k: v for k, v in theirs.items() if k != "jobs"}
+    assert ours["jobs"].keys() == theirs["jobs"].keys()  # the train job's and Fed-ZDAS' FedAvg prefix's
+    assert ours["jobs"]["train"]["max_rss_mb"] > 0 and any(
+        k.startswith("stage warm: fedavg_prefix") for k in ours["jobs"]
+    )
+
+    (tmp_path / cell.format(1) / "audit.json").unlink()  # a finished cell without its audit: audited where it is
+    again = campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])
+    assert [(j["kind"], j["out"]) for j in again["jobs"]] == [("audit", f"{cell.format(1)}/audit.json")]
+    (tmp_path / cell.format(1) / "model.pt").unlink()
+    gone = campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])
+    assert gone["jobs"] == [] and gone["unaudited"] == ["smoke/synthetic/multimodal/fedzdas/seed1"]
 
 
 def crash(job, stop_at, threads):

@@ -4,10 +4,12 @@ Two halves, so that the machine that runs a campaign needs only PyTorch and this
 jsonschema, as on a lent GPU machine):
 
 - ``plan(configs)``, where the workflow's config can be read (Snakemake installed): every job the configs' tables and
-  figures still need — a dataset cache, partitions, preparatory stages, cells — as plain data, each with the files it
-  needs first. Value decides the order: the configs in the order given, then seed before seed (seed 0 of every cell
-  before seed 1), stages before the cells that read them. A cell committed under ``reference_dir`` and current, or
-  finished under results_dir, is not planned. ``write_plan`` / ``read_plan`` carry a plan to another machine.
+  figures still need — a dataset cache, partitions, preparatory stages, cells, audits (tables with ``audit: true``:
+  rule audit's record, read from the cell's model and its jobs' benchmarks, which a campaign's cells and stages write
+  as Snakemake's ``benchmark:`` does, ``fed.jobcost``) — as plain data, each with the files it needs first. Value
+  decides the order: the configs in the order given, then seed before seed (seed 0 of every cell before seed 1),
+  stages before the cells that read them. A cell committed under ``reference_dir`` and current, or finished under
+  results_dir, is not planned. ``write_plan`` / ``read_plan`` carry a plan to another machine.
 - ``run(plan, minutes, jobs)``, on any machine: the jobs whose inputs exist, ``jobs`` at once, each in a process of
   its own (on a GPU they share it). At the deadline a cell checkpoints after its current round and stops
   (``fed.checkpoint.OutOfTime``), and so does a stage that runs FL rounds (FedDPMS' Stage I, a FedAvg prefix, a
@@ -54,13 +56,16 @@ def plan(
     methods: list[str] | None = None,
     partitions: list[str] | None = None,
 ) -> dict[str, Any]:
-    """The jobs that ``configs`` (each a list of overlays, as for ``snakemake --configfile``) still need, in order
-    of value; ``tables``: only the cells of these tables and figures (by name); ``methods``: only these methods'
-    cells (a swept method: all its grid points); ``partitions``: only the cells on these partitions (by name).
-    Needs the workflow's config checks (Snakemake)."""
+    """The jobs that ``configs`` (each a list of overlays, as for ``snakemake --configfile``) still need, in order of
+    value — data, partitions, stages, cells, and the audit of each cell of a table with ``audit: true`` (rule
+    audit's record, after its cell; a finished cell whose audit is missing gets one where its model is, and is
+    listed under ``unaudited`` where it is not); ``tables``: only the cells of these tables and figures (by
+    name); ``methods``: only these methods' cells (a swept method: all its grid points); ``partitions``: only
+    the cells on these partitions (by name). Needs the workflow's config checks (Snakemake)."""
     from fed.grid import Grid
 
     jobs: dict[str, dict[str, Any]] = {}
+    unaudited: list[str] = []  # cells of audited tables whose audit cannot be planned here
     for rank, overlays in enumerate(configs):
         grid = Grid.from_files(overlays, repo)
         config = grid.config
@@ -76,16 +81,32 @@ def plan(
             if unknown:
                 raise ValueError(f"no partition {sorted(unknown)} in the config")
             wanted = [c for c in wanted if c[2] in partitions]
+        audited = set(_wanted_cells(grid, tables, audited=True))
         for p, d, part, m, s in sorted(wanted, key=lambda c: c[4]):  # seed 0 first (a stable sort keeps the order)
             out = grid.cell_path(p, d, part, m, s)
-            if not out.startswith(f"{grid.results}/") or Path(out).exists():
-                continue  # committed and current, or finished
+            finished = not out.startswith(f"{grid.results}/") or Path(out).exists()  # committed and current, or run
+            audit = (p, d, part, m, s) in audited and not Path(grid.cell_path(p, d, part, m, s, "audit.json")).exists()
+            if finished and audit and not Path(grid.cell_path(p, d, part, m, s, "model.pt", committed=False)).exists():
+                unaudited.append(f"{p}/{d}/{part}/{m}/seed{s}")  # committed without its audit, its model not here
+                continue
+            if finished and not audit:
+                continue
             key = (p, d, part, s)
             needs = _partition_job(jobs, grid, key, (rank, s))
             stages = grid.method_stages(m) or grid.fedavg_prefix_of(key, m)
             paths = {}
             for name, stage in stages.items():
                 paths[name] = _stage_job(jobs, grid, grid.stage_key(key, stage), stage.key, (rank, s))
+            label = f"{p}/{d}/{part}/{m}/seed{s}"
+            if audit:  # rule audit's job: after the cell, from its model and its jobs' benchmarks
+                cell = grid.cell_path(p, d, part, m, s, committed=False)
+                args = {"metrics": cell, "model": str(Path(cell).with_name("model.pt")), "data_root": grid.data,
+                        "partition_file": grid.partition_path(*key), "stages": paths,
+                        "benchmark": str(Path(cell).with_name("benchmark.tsv"))}  # fmt: skip
+                audit_out = str(Path(cell).with_name("audit.json"))
+                jobs[audit_out] = _job("audit", audit_out, [rank, s, 2], [cell, *needs, *paths.values()], args, label)
+            if finished:
+                continue
             spec = config["methods"][m]
             tags = {"paper": grid.cell_paper[(p, d, part, m, s)], "preset": p, "dataset": d, "partition": part}
             tags |= {"method": m, "algorithm": grid.algorithm(m), "seed": str(s)}
@@ -102,23 +123,24 @@ def plan(
                 "stages": paths,
                 "tracking": {"experiment": tags["paper"], "tags": tags, "live": False},  # MLflow: logged later
             }
-            jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, f"{p}/{d}/{part}/{m}/seed{s}")
+            jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, label)
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
     header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
-    return header | {"partitions": partitions, "jobs": ordered}
+    return header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited}
 
 
-def _wanted_cells(grid, tables: list[str] | None) -> list[tuple]:
-    """The cells of the named tables and figures (all of them without names), in the config's order."""
+def _wanted_cells(grid, tables: list[str] | None, audited: bool = False) -> list[tuple]:
+    """The cells of the named tables and figures (all of them without names), in the config's order; with
+    ``audited``, those of tables with ``audit: true`` only (their cells get rule audit's record too)."""
     config, cells = grid.config, []
     unknown = set(tables or ()) - set(config["tables"]) - set(config["figures"])
     if unknown:
         raise ValueError(f"no table or figure {sorted(unknown)} in the config")
     for name, table in config["tables"].items():
-        if tables is None or name in tables:
+        if (tables is None or name in tables) and (table.get("audit") or not audited):
             cells += [tuple(c.values()) for c in grid.table_cells(table)]
     for name, fig in config["figures"].items():
-        if tables is None or name in tables:
+        if (tables is None or name in tables) and not audited:
             cells += [tuple(c.values()) for c in grid.figure_cells(fig)]
     return list(dict.fromkeys(cells))
 
@@ -357,7 +379,22 @@ def _release(out: str, handle) -> None:
 
 
 def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
-    """One job, in a worker process: "done", or "checkpointed" for a cell or a stage out of time."""
+    """One job, in a worker process: "done", or "checkpointed" for a cell or a stage out of time. A finished cell or
+    stage leaves its cost where rule train's and rule stage's ``benchmark:`` would (that of its last segment, as
+    Snakemake's of its last job), which the audit reads."""
+    if job["kind"] in ("cell", "stage"):  # their cost, as Snakemake's benchmark: files (fed.jobcost)
+        from fed.jobcost import JobMeter
+
+        with JobMeter() as meter:
+            status = _run_job(job, stop_at, threads)
+        if status == "done":
+            out = Path(job["out"])
+            meter.write(out.with_name("benchmark.tsv") if job["kind"] == "cell" else out.with_suffix(".benchmark.tsv"))
+        return status
+    return _run_job(job, stop_at, threads)
+
+
+def _run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
     from fed.checkpoint import OutOfTime
     from fed.config import FLConfig, MethodSpec
 
@@ -370,6 +407,15 @@ def run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
         from fed.data.partition import write_partition
 
         write_partition(a["dataset"], a["data_root"], a["spec"], a["preset"], a["seed"], a["out"])
+    elif job["kind"] == "audit":
+        from fed.leakage import audit_files
+
+        stages = {k: Path(v) for k, v in a["stages"].items()}
+        record = audit_files(a["metrics"], a["model"], a["data_root"], a["partition_file"], stages, threads,
+                             a["benchmark"])  # fmt: skip
+        tmp = Path(job["out"]).with_name("audit.json.tmp")
+        tmp.write_text(json.dumps(record, indent=1, allow_nan=False))
+        tmp.replace(job["out"])
     elif job["kind"] == "stage":
         from fed.runner import run_stage
         from fed.stages import Stage

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 import yaml
@@ -116,6 +117,9 @@ def main(argv: list[str] | None = None) -> None:
                 if args.plan
                 else campaign.plan(configs, _repo(), args.table, args.method, args.partition)
             )
+            if lost := todo.get("unaudited"):
+                print(f"{len(lost)} cells of audited tables have no audit, and their models are not here to audit "
+                      f"(the first: {lost[0]}): their privacy and cost rows stay empty", file=sys.stderr)  # fmt: skip
             if args.status:
                 print(campaign.describe(campaign.status(todo)))
                 return

@@ -43,8 +43,10 @@ CCVR's class feature statistics are no records: they are counted and sized, not 
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -388,3 +390,27 @@ def audit_cell(record: dict, model: str, data_root: str, partition: str, stages:
     )
     state = torch.load(model, map_location=engine.ctx.device, weights_only=True)
     return json_safe(audit(engine, state))
+
+
+def audit_files(
+    metrics: str | Path,
+    model: str | Path,
+    data_root: str,
+    partition: str,
+    stages: dict,
+    threads: int,
+    benchmark: str | Path,
+) -> dict:
+    """``audit_cell`` of a finished cell's files, with the cost of its train job and of its stages' jobs (their
+    benchmarks, ``fed.jobcost``: a stage's beside it, each where it exists) under ``jobs``: what rule audit and a
+    campaign's audit job write to ``audit.json``."""
+    from fed import jobcost
+
+    record = audit_cell(json.loads(Path(metrics).read_text()), str(model), data_root, partition, stages, threads)
+    jobs = {"train": jobcost.read(benchmark)} | {
+        f"stage {name}: {Path(path).stem}": jobcost.read(Path(path).with_suffix(".benchmark.tsv"))
+        for name, path in stages.items()
+    }
+    if jobs := {k: v for k, v in jobs.items() if v is not None}:
+        record["jobs"] = jobs
+    return record

@@ -47,7 +47,7 @@ def audit_costs(cells: list[dict]) -> pd.DataFrame:
                 **{k: cell[k] for k in KEYS},
                 "mb_per_client_round": 2 * EXCHANGED_STATES.get(algorithm, 1) * audit["model_bytes"] / MB,
                 "mb_shared_per_client": shared / metrics["config"]["num_clients"] / MB,
-                "peak_rss_mb": audit["jobs"]["train"]["max_rss_mb"] if "jobs" in audit else math.nan,
+                "peak_rss_mb": audit.get("jobs", {}).get("train", {}).get("max_rss_mb", math.nan),
                 "stage_seconds": sum(s["seconds"] for s in stages.values()) if stages else 0.0,
                 "stage_peak_rss_mb": max((s["max_rss_mb"] for s in stages.values()), default=math.nan),
             }
