@@ -251,6 +251,7 @@ def test_a_method_whose_every_point_diverges_is_recorded_diverged_and_its_cell_t
     from fed.config import FLConfig
     from fed.data.datasets import load_labels
     from fed.data.partition import make_partition
+    from fed.leakage import audit_files
     from fed.runner import run_cell, tuned
 
     class Diverges(FakeRun):
@@ -279,3 +280,9 @@ def test_a_method_whose_every_point_diverges_is_recorded_diverged_and_its_cell_t
     assert out["diverged"] and out["diverged_round"] == 0 and out["rounds_completed"] == 0 and out["history"] == []
     written = json.loads((tmp_path / "cell" / "metrics.json").read_text())
     assert written["diverged"] and written["tuning"]["diverged"] and written["last"]["global_acc"] is None
+    # its audit: nothing left a client, so nothing is attacked (no benchmark of its job here: no cost either)
+    cell = tmp_path / "cell"
+    audited = audit_files(cell / "metrics.json", cell / "model.pt", synthetic_root, part, {"tuning": stage}, 1,
+                          cell / "benchmark.tsv")  # fmt: skip
+    assert audited["artifacts"] == {} and audited["trained_no_round"] and "jobs" not in audited
+    assert audited["model_bytes"] == sum(v.nbytes for v in torch.load(cell / "model.pt").values())

@@ -389,7 +389,21 @@ def audit_cell(record: dict, model: str, data_root: str, partition: str, stages:
         stages=stages,
     )
     state = torch.load(model, map_location=engine.ctx.device, weights_only=True)
+    if record.get("diverged_round") == 0:  # every tuning point diverged: no round ran, nothing left its clients
+        return json_safe(nothing_left(engine, state))
     return json_safe(audit(engine, state))
+
+
+def nothing_left(engine, state: dict[str, torch.Tensor]) -> dict[str, Any]:
+    """The audit of a cell that trained no round (its method diverged at every tuning point, protocol 2.5): no
+    artifact and no update left a client, so there is nothing to attack; the bytes are recorded as for any cell."""
+    engine.algorithm.setup(engine.ctx)
+    return {
+        "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
+        "item_bytes": item_bytes(engine.algorithm, engine.ctx),
+        "artifacts": {},
+        "trained_no_round": True,
+    }
 
 
 def audit_files(
