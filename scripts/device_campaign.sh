@@ -23,7 +23,8 @@
 # for DA-FL's GAN stages, dp-accounting for FedDPMS' noise; their own dependencies are there) are installed first.
 # At MINUTES every running cell checkpoints after its round. A machine keeps results/ only while it stays warm (the
 # tool gives it back after a short idle time): a call on it then resumes those cells, a fresh machine starts them
-# again. $OUT/runs.tgz holds every finished cell's metrics.json and history.csv and the jobs' logs (never weights),
+# again. $OUT/runs.tgz holds every finished cell's metrics.json and history.csv, its audit.json (audited tables: the
+# campaign audits each cell there, beside its model) and benchmark.tsv, and the jobs' logs (never weights),
 # $OUT/campaign.log the campaign's own log. The unfinished work comes back too, as far as the tool's limits allow (8
 # files of 16 MiB, 64 MiB in all): $OUT/partial.tgz.0, .1, … (parts of one tar stream, 15 MiB each, 45 MiB in all)
 # hold the unfinished cells' work directories (checkpoints), smallest first, then the finished GAN stages and the
@@ -47,7 +48,8 @@ python3 -m fed campaign --plan "$plan" --minutes "$minutes" --jobs "$jobs" --thr
   tee "$out/campaign.log" || status=$?
 cells=$(find results/runs -name metrics.json 2>/dev/null | wc -l)
 echo "device_campaign: $cells finished cells under results/runs (campaign exit $status)"
-find results/runs logs/campaign \( -name metrics.json -o -name history.csv -o -name '*.log' \) -print0 2>/dev/null |
+find results/runs logs/campaign \( -name metrics.json -o -name history.csv -o -name audit.json -o -name benchmark.tsv \
+  -o -name '*.log' \) -print0 2>/dev/null |
   tar czf "$out/runs.tgz" --null -T -
 python3 - "$out/partial.list" <<'EOF'
 import sys

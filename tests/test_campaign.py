@@ -513,7 +513,8 @@ def test_a_tuning_after_another_waits_for_that_tuning_in_the_plan(tmp_path):
 
 def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_the_cells_back(tmp_path):
     """scripts/device_campaign.sh, as a lent GPU machine runs it (PyTorch, no Snakemake, no MLflow): the plan's
-    cells finish, and $OUT/runs.tgz holds their metrics and histories (never weights) for fed export-reference."""
+    cells finish, and $OUT/runs.tgz holds their metrics, histories and jobs' costs (never weights) for fed
+    export-reference."""
     import tarfile
 
     work = tmp_path / "checkout"
@@ -548,8 +549,8 @@ def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_th
         names = sorted(tar.getnames())
     runs = "results/runs/smoke_dafl/synthetic/1-label/fedavg"
     assert [n for n in names if n.startswith("results/")] == [
-        f"{runs}/seed{s}/{f}" for s in (0, 1) for f in ("history.csv", "metrics.json")
-    ]
+        f"{runs}/seed{s}/{f}" for s in (0, 1) for f in ("benchmark.tsv", "history.csv", "metrics.json")
+    ]  # an audited table's cells bring their audit.json too
     assert not any(n.endswith(".pt") for n in names)
     # the unfinished work, in parts of one stream; the finished cells' work and the stage inputs stay behind
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in sorted(out.glob("partial.tgz.*"))))) as tar:
