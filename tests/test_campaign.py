@@ -155,8 +155,8 @@ def test_a_plan_narrowed_to_partitions_holds_their_cells_and_only_their_inputs(t
 def test_an_audited_table_s_cells_are_audited_after_them_as_rule_audit_audits_them(smoke_run, tmp_path, monkeypatch):
     """A table with ``audit: true`` (the head-to-head under its protocol): each cell's audit is planned after it and
     writes rule audit's record, equal to the workflow's for the same cell but for the jobs' costs, which the
-    campaign's cell and stage write as Snakemake's ``benchmark:`` does; a finished cell whose audit is missing gets
-    one where its model is, and one whose model is gone is named, not planned."""
+    campaign's cell and stage write as Snakemake's ``benchmark:`` does; a finished cell whose audit is missing or
+    older than its record gets one where its model is, and one whose model is gone is named, not planned."""
     workdir, _ = smoke_run
     monkeypatch.chdir(tmp_path)
     smoke, overlay = (
@@ -182,9 +182,12 @@ def test_an_audited_table_s_cells_are_audited_after_them_as_rule_audit_audits_th
         k.startswith("stage warm: fedavg_prefix") for k in ours["jobs"]
     )
 
-    (tmp_path / cell.format(1) / "audit.json").unlink()  # a finished cell without its audit: audited where it is
+    assert campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])["jobs"] == []
+    os.utime(tmp_path / cell.format(1) / "audit.json", (0, 0))  # older than its cell (run again since): audited again
     again = campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])
     assert [(j["kind"], j["out"]) for j in again["jobs"]] == [("audit", f"{cell.format(1)}/audit.json")]
+    (tmp_path / cell.format(1) / "audit.json").unlink()  # none at all: the same
+    assert campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])["jobs"] == again["jobs"]
     (tmp_path / cell.format(1) / "model.pt").unlink()
     gone = campaign.plan(config, REPO, ["leaderboard"], ["fedzdas"], ["multimodal"])
     assert gone["jobs"] == [] and gone["unaudited"] == ["smoke/synthetic/multimodal/fedzdas/seed1"]

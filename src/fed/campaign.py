@@ -85,7 +85,7 @@ def plan(
         for p, d, part, m, s in sorted(wanted, key=lambda c: c[4]):  # seed 0 first (a stable sort keeps the order)
             out = grid.cell_path(p, d, part, m, s)
             finished = not out.startswith(f"{grid.results}/") or Path(out).exists()  # committed and current, or run
-            audit = (p, d, part, m, s) in audited and not Path(grid.cell_path(p, d, part, m, s, "audit.json")).exists()
+            audit = (p, d, part, m, s) in audited and (not finished or _audit_missing(grid, (p, d, part, m, s)))
             if finished and audit and not Path(grid.cell_path(p, d, part, m, s, "model.pt", committed=False)).exists():
                 unaudited.append(f"{p}/{d}/{part}/{m}/seed{s}")  # committed without its audit, its model not here
                 continue
@@ -127,6 +127,16 @@ def plan(
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
     header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
     return header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited}
+
+
+def _audit_missing(grid, cell: tuple) -> bool:
+    """Whether a finished cell lacks its audit: none committed with it, and none under results_dir as new as its
+    record (a cell run again since, as Snakemake's mtimes would say; committed copies carry no such order)."""
+    path = Path(grid.cell_path(*cell, "audit.json"))
+    if not str(path).startswith(f"{grid.results}/"):
+        return False
+    metrics = Path(grid.cell_path(*cell, committed=False))
+    return not path.exists() or (metrics.exists() and path.stat().st_mtime < metrics.stat().st_mtime)
 
 
 def _wanted_cells(grid, tables: list[str] | None, audited: bool = False) -> list[tuple]:
