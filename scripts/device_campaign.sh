@@ -1,21 +1,17 @@
 #!/usr/bin/env bash
 # A lent GPU's minutes on the cells we miss: run a campaign plan written here, bring the finished cells back.
 #
-#   here:   printf 'presets:\n  dafl:\n    vectorise: true\n' > /tmp/gpu.yaml    # batched clients: 1.48x the loop (H200)
-#           python -m fed campaign config/dafl_fmnist.yaml+config/dafl_fmnist_gan_loss.yaml+/tmp/gpu.yaml \
-#             --write-plan campaign.json
-#           python -m fed prepare fmnist --no-download          # data/fmnist/tensors.pt, which the plan names
-#           gzip -kf data/fmnist/tensors.pt    # 55 MB -> 31 MB: the tracked tree (27 MB) and it fit the tool's 64 MiB
-#           echo /.whl/ >> .git/info/exclude && python3 -m pip download --no-deps --only-binary=:all: \
-#             --python-version 3.12 --implementation cp --platform manylinux2014_x86_64 -d .whl \
-#             opacus==1.6.0 dp-accounting==0.6.0 dm-tree==0.1.10   # dm-tree: dp-accounting's, not in the H200's image
-#   there:  bash scripts/device_campaign.sh campaign.json 8 4 4   # PLAN MINUTES [JOBS] [THREADS]
-#           (the device tool's run, carrying data/fmnist/tensors.pt.gz, partitions and .whl; on an H200, 8 jobs and
+#   here:   printf 'presets:\n  dafl:\n    vectorise: true\n' > gpu.yaml    # batched clients: 1.48x the loop (H200)
+#           bash scripts/device_prepare.sh .gpu/plan.json config/dafl_fmnist.yaml+config/dafl_fmnist_gan_loss.yaml+gpu.yaml
+#           # the plan, data/fmnist/tensors.pt.gz (55 MB -> 31 MB: it fits the tool's 64 MiB), the wheels the device
+#           # lacks in .whl/ (Opacus, dp-accounting, its dm-tree; cp312), and the carry list to give the tool
+#   there:  bash scripts/device_campaign.sh .gpu/plan.json 8 4 4   # PLAN MINUTES [JOBS] [THREADS]
+#           (the device tool's run, carrying what device_prepare.sh printed; on an H200, 8 jobs and
 #           5 threads ran 4 FedProx cells at 16 s a round beside 3 GAN stages of 5 clients at once: a 50-round DA-FL
 #           cell is ≈ 13 min there, so it finishes in a second call on the warm machine)
 #   back:   tar xzf <files_at>/runs.tgz && python -m fed export-reference results reference/dafl_fmnist
 #           cat <files_at>/partial.tgz.* | tar xz    # unfinished work, if any: keep it for the next GPU
-#           python -m fed campaign --plan campaign.json --minutes N    # there, at the same commit and THREADS: a
+#           python -m fed campaign --plan .gpu/plan.json --minutes N    # there, at the same commit and THREADS: a
 #           # run's identity holds its code, device kind and threads (a GAN client's, its code and device kind), so
 #           # a CPU starts a GPU's unfinished cell afresh; a resumed cell records both machines
 #

@@ -559,3 +559,22 @@ def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_th
     with tarfile.open(fileobj=io.BytesIO(b"".join(p.read_bytes() for p in sorted(out.glob("partial.tgz.*"))))) as tar:
         back = sorted(tar.getnames())
     assert back == sorted(n for n in planted if "client0" not in n and "request" not in n), back
+
+
+def test_the_device_preparation_writes_the_plan_its_caches_and_what_to_carry(tmp_path):
+    """scripts/device_prepare.sh, here before a lent GPU's call: the plan, without data jobs once the caches it
+    names are prepared and gzipped beside them, the carried paths kept out of git, and the tool's carry list."""
+    work = tmp_path / "checkout"
+    (work / "scripts").mkdir(parents=True)
+    (work / "scripts" / "device_prepare.sh").write_bytes((REPO / "scripts" / "device_prepare.sh").read_bytes())
+    subprocess.run(["git", "init", "-q"], cwd=work, check=True)
+    env = os.environ | {"FED_NO_WHEELS": "1", "PYTHON": sys.executable}
+    args = [str(REPO / "config/smoke.yaml"), "--table", TABLE, "--method", "fedavg"]
+    proc = subprocess.run(["bash", "scripts/device_prepare.sh", ".gpu/plan.json", *args], cwd=work, env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    plan = json.loads((work / ".gpu/plan.json").read_text())
+    assert [j["kind"] for j in plan["jobs"]] == ["partition", "cell", "partition", "cell"]  # no data job left
+    assert (work / "data/synthetic/tensors.pt.gz").stat().st_size > 0
+    assert {"/.gpu/", "/.whl/"} <= set((work / ".git/info/exclude").read_text().split())
+    assert 'carry: [".gpu/plan.json", "data/synthetic/tensors.pt.gz"]' in proc.stdout

@@ -33,6 +33,8 @@ NOT_CHECKED = {  # first words → why a test does not run them
     "mlflow ui": "starts a server",
     "pip install": "installs packages (Flower's own venv for benchmarks/flower_fedavg.py)",
     "bash scripts/device_campaign.sh": "runs on a lent GPU machine; tests/test_campaign.py runs it on the CPU",
+    "bash scripts/device_prepare.sh": "downloads wheels; tests/test_campaign.py runs it without them",
+    "printf": "writes an overlay for the command after it",
     "for pid in $(pgrep": "lowers running campaigns' CPU weight (Linux /proc)",
 }
 
