@@ -22,7 +22,8 @@ def read(path: str | Path) -> dict[str, float] | None:
     path = Path(path)
     if not path.exists():
         return None
-    row = next(csv.DictReader(path.open(), delimiter="\t"))
+    with path.open() as f:
+        row = next(csv.DictReader(f, delimiter="\t"))
     return {"seconds": float(row["s"]), "max_rss_mb": float(row["max_rss"]), "cpu_seconds": float(row["cpu_time"])}
 
 
