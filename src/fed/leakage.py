@@ -361,7 +361,7 @@ def audit(
     artifacts = rates(items, ctx)
     artifacts["client_updates"] = update_attack(algorithm, ctx, state)  # last: it trains the clients once more
     return {
-        "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
+        "model_bytes": model_bytes(state),
         "item_bytes": item_bytes(algorithm, ctx),
         "artifacts": artifacts,
         "inversion": inversion,
@@ -394,12 +394,17 @@ def audit_cell(record: dict, model: str, data_root: str, partition: str, stages:
     return json_safe(audit(engine, state))
 
 
+def model_bytes(state: dict[str, torch.Tensor]) -> int:
+    """Bytes of one model as it is exchanged (every parameter and buffer)."""
+    return sum(v.numel() * v.element_size() for v in state.values())
+
+
 def nothing_left(engine, state: dict[str, torch.Tensor]) -> dict[str, Any]:
     """The audit of a cell that trained no round (its method diverged at every tuning point, protocol 2.5): no
     artifact and no update left a client, so there is nothing to attack; the bytes are recorded as for any cell."""
     engine.algorithm.setup(engine.ctx)
     return {
-        "model_bytes": sum(v.numel() * v.element_size() for v in state.values()),
+        "model_bytes": model_bytes(state),
         "item_bytes": item_bytes(engine.algorithm, engine.ctx),
         "artifacts": {},
         "trained_no_round": True,
