@@ -176,6 +176,23 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     assert "train" not in counts and counts["table"] == 3
 
 
+def test_feddpms_fmnist_trains_only_what_reference_lacks(tmp_path):
+    """config/feddpms_fmnist.yaml (the β = 0.5 pair) and its chart overlay: without a reference they train the chart's
+    25 cells and the preliminary-rounds ablation's 2 more (P = 15, 25), with one Stage I a β and one a P (issue 42);
+    with reference/feddpms_fmnist a fresh checkout trains only the cells not committed there, so the pair's table
+    rebuilds without training once its 2 cells are in."""
+    args = ("--configfile", str(REPO / "config/feddpms_fmnist.yaml"))
+    chart = (*args, str(REPO / "config/feddpms_fmnist_chart.yaml"))
+    counts = job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)
+    assert (counts["train"], counts["stage"]) == (2, 1)
+    counts = job_counts(snakemake(tmp_path, "-n", *chart, "--config", "reference_dir=null").stdout)
+    assert (counts["train"], counts["stage"]) == (5 * 5 + 2, 5 + 2)
+    manifest = REPO / "reference/feddpms_fmnist/MANIFEST.json"
+    committed = json.loads(manifest.read_text())["cells"] if manifest.exists() else {}
+    pair = {f"feddpms/fmnist/dir0.5/{m}/seed0" for m in ("fedavg", "feddpms")}
+    assert job_counts(snakemake(tmp_path, "-n", *args).stdout).get("train", 0) == len(pair - set(committed))
+
+
 def test_quick_config_dry_run(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/quick.yaml")).stdout)
     assert counts["train"] == 30 + 1 + 2 + 6 and counts["prepare_data"] == 1 and counts["figure"] == 3
