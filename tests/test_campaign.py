@@ -443,6 +443,7 @@ def linger(job, stop_at, threads):
     return "done"
 
 def _terminate(signum, frame):
+    Path("cell.terminated").write_text(str(os.getppid()))
     raise SystemExit(f"terminated by signal {signum}")
 
 def linger_as_a_cell(job, stop_at, threads):  # SIGTERM handled as fed.runner handles it in a cell
@@ -459,7 +460,7 @@ def running(pid: int) -> bool:
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="the parent-death signal is Linux's")
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("work", ["linger", "linger_as_a_cell"])
 @pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM"])
 def test_a_killed_campaign_takes_its_workers_with_it(tmp_path, work, kill):
@@ -490,6 +491,61 @@ def test_a_killed_campaign_takes_its_workers_with_it(tmp_path, work, kill):
                 break
             time.sleep(0.1)
         assert not running(worker), "the worker outlived its campaign"
+        if work == "linger_as_a_cell":
+            assert (tmp_path / "cell.terminated").exists(), "the cell did not end as a terminated job"
+    finally:
+        parent.kill()
+        if (tmp_path / "cell.pid").exists() and running(worker := int((tmp_path / "cell.pid").read_text())):
+            os.kill(worker, signal.SIGKILL)
+
+
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}  # exit(2) of the calling thread only, where exit_group(2) ends them all
+
+
+@pytest.mark.skipif(os.uname().machine not in SYS_EXIT or sys.platform != "linux", reason="Linux's thread exit")
+def test_a_campaign_dying_thread_by_thread_ends_its_cell_once_it_has_gone(tmp_path):
+    """A killed campaign's threads exit one by one, and its workers must wait for the last: while a thread lives,
+    the campaign is still the worker's parent, and a cell ended then could not tell whether to end its worker too
+    (the parent-death signal fired there: the cell ended, its worker waited for work from a dead pool; CI, 1 run in
+    50). Here the campaign's main thread, the one that started the worker, exits first and another lingers."""
+    import signal
+    import time
+
+    (tmp_path / "lingering.py").write_text(LINGER)
+    script = (
+        "import ctypes, os, signal, sys, threading, time; sys.path[:0] = sys.argv[1:3]; from pathlib import Path; "
+        "from fed import campaign; import lingering\n"
+        f"signal.signal(signal.SIGUSR1, lambda *_: ctypes.CDLL(None).syscall({SYS_EXIT[os.uname().machine]}, 0))\n"
+        "def last_thread():\n"
+        "    while not Path('die').exists(): time.sleep(0.05)\n"
+        "    os._exit(0)\n"
+        "threading.Thread(target=last_thread).start()\n"
+        "job = {'kind': 'cell', 'out': 'cell', 'rank': [0, 0, 1], 'needs': [], 'label': 'cell', 'args': {}}\n"
+        "campaign.run({'version': campaign.PLAN_VERSION, 'jobs': [job]}, minutes=5, work=lingering.linger_as_a_cell)"
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script, str(REPO / "src"), str(tmp_path)], cwd=tmp_path)
+    try:
+        for _ in range(600):
+            if (tmp_path / "cell.pid").exists() and (tmp_path / "cell.pid").read_text():
+                break
+            time.sleep(0.1)
+        worker = int((tmp_path / "cell.pid").read_text())
+        parent.send_signal(signal.SIGUSR1)  # its main thread exits
+        for _ in range(50):
+            if Path(f"/proc/{parent.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+                break
+            time.sleep(0.1)
+        time.sleep(2 * campaign.WATCH_EVERY + 0.5)
+        assert parent.poll() is None and running(worker)
+        assert not (tmp_path / "cell.terminated").exists(), "the cell ended while its campaign lived"
+        (tmp_path / "die").touch()  # the last thread exits: the campaign has gone
+        parent.wait()
+        for _ in range(100):
+            if not running(worker):
+                break
+            time.sleep(0.1)
+        assert not running(worker), "the worker outlived its campaign"
+        assert (tmp_path / "cell.terminated").read_text() != str(parent.pid), "the cell ended before its campaign had"
     finally:
         parent.kill()
         if (tmp_path / "cell.pid").exists() and running(worker := int((tmp_path / "cell.pid").read_text())):

@@ -21,13 +21,12 @@ jsonschema, as on a lent GPU machine):
   ran. Campaigns may share a results directory (one per core, plans that overlap): a job runs under an exclusive lock
   on its output (``.<name>.campaign-lock`` beside it, released by the system if the process dies), and a job another
   campaign holds is left to it (``elsewhere``). A campaign that dies, however (``kill -9`` too), takes its workers
-  with it (``_die_with_campaign``, ``_in_worker``): none goes on writing a job whose lock died with its campaign, nor
-  waits for work from it.
+  with it once it has gone (``_die_with_campaign``, ``_in_worker``): none goes on writing a job whose lock died with
+  its campaign, nor waits for work from it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import fcntl
 import json
 import os
@@ -35,6 +34,7 @@ import pickle
 import signal
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -45,7 +45,7 @@ from typing import Any, NamedTuple, TextIO
 
 PLAN_VERSION = 1
 ATTEMPTS = 2  # pools a job may see die under it before it counts as failed
-PR_SET_PDEATHSIG = 1  # prctl(2): the signal a process gets when its parent dies (Linux)
+WATCH_EVERY = 0.2  # seconds between a worker's looks at whether its campaign is still its parent
 
 
 # ---------------------------------------------------------------------------------------------------------- plan
@@ -342,16 +342,21 @@ _CAMPAIGN: int | None = None  # in a worker: its campaign's pid
 
 
 def _die_with_campaign(campaign: int) -> None:
-    """A worker's first act: have the kernel send it SIGTERM when its campaign dies (Linux; the pool's processes
-    are started by the campaign's main thread, the one the signal watches). An orphaned worker would go on training
-    a cell whose lock died with the campaign, and the next campaign would start the same cell beside it. SIGTERM ends
-    a cell as a terminated job (``fed.runner``): its last checkpoint stays, and the next campaign resumes it."""
+    """A worker's first act: watch its campaign, and SIGTERM itself once the campaign has gone. An orphaned worker
+    would go on training a cell whose lock died with the campaign, and the next campaign would start the same cell
+    beside it. SIGTERM ends a cell as a terminated job (``fed.runner``): its last checkpoint stays, and the next
+    campaign resumes it. The watch is the parent pid, which changes only once the campaign's last thread has exited;
+    Linux's parent-death signal (``PR_SET_PDEATHSIG``) fires instead at each of its threads' exits, while the
+    campaign is still the parent, so the job it ended could not tell a dying campaign from a living one."""
     global _CAMPAIGN
     _CAMPAIGN = campaign
-    if sys.platform.startswith("linux"):
-        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
-    if os.getppid() != campaign:  # it died before the line above
+
+    def watch() -> None:
+        while os.getppid() == campaign:
+            time.sleep(WATCH_EVERY)
         os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="campaign-watch", daemon=True).start()
 
 
 def _in_worker(work: Callable[..., str], *args: Any) -> str:
