@@ -2,6 +2,7 @@
 GPU machine), with the workflow's numbers in the workflow's layout; out of time, a cell checkpoints and the next call
 finishes it as if it had never stopped."""
 
+import contextlib
 import dataclasses
 import io
 import json
@@ -12,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -460,6 +462,37 @@ def running(pid: int) -> bool:
         return False
 
 
+def until(condition: Callable[[], bool], seconds: float) -> bool:
+    """Whether condition() came to hold within seconds (looked at every 0.1 s)."""
+    for _ in range(round(seconds * 10)):
+        if condition():
+            return True
+        time.sleep(0.1)
+    return condition()
+
+
+@contextlib.contextmanager
+def lingering_campaign(tmp_path: Path, work: str, prelude: str = ""):
+    """A campaign of one lingering job in a process of its own (``prelude`` first): (process, its worker's pid),
+    both killed afterwards."""
+    (tmp_path / "lingering.py").write_text(LINGER)
+    script = (
+        "import sys; sys.path[:0] = sys.argv[1:3]; from fed import campaign; import lingering\n"
+        f"{prelude}\n"
+        "job = {'kind': 'cell', 'out': 'cell', 'rank': [0, 0, 1], 'needs': [], 'label': 'cell', 'args': {}}\n"
+        f"campaign.run({{'version': campaign.PLAN_VERSION, 'jobs': [job]}}, minutes=5, work=lingering.{work})"
+    )
+    pid_file = tmp_path / "cell.pid"
+    parent = subprocess.Popen([sys.executable, "-c", script, str(REPO / "src"), str(tmp_path)], cwd=tmp_path)
+    try:  # the worker starts (spawned: it imports fed afresh)
+        assert until(lambda: pid_file.exists() and pid_file.read_text() != "", 60)
+        yield parent, int(pid_file.read_text())
+    finally:
+        parent.kill()
+        if pid_file.exists() and running(worker := int(pid_file.read_text())):
+            os.kill(worker, signal.SIGKILL)
+
+
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
 @pytest.mark.parametrize("work", ["linger", "linger_as_a_cell"])
 @pytest.mark.parametrize("kill", ["SIGKILL", "SIGTERM"])
@@ -467,36 +500,13 @@ def test_a_killed_campaign_takes_its_workers_with_it(tmp_path, work, kill):
     """kill -9 (or kill) of a campaign leaves no worker training on: its lock died with the campaign, so the next
     campaign would start the same cell beside it; nor waiting for work: a cell turns the SIGTERM into SystemExit,
     which the pool would take for the job's outcome."""
-    import signal
-    import time
-
-    (tmp_path / "lingering.py").write_text(LINGER)
-    script = (
-        "import sys; sys.path[:0] = sys.argv[1:3]; from fed import campaign; import lingering; "
-        "job = {'kind': 'cell', 'out': 'cell', 'rank': [0, 0, 1], 'needs': [], 'label': 'cell', 'args': {}}; "
-        f"campaign.run({{'version': campaign.PLAN_VERSION, 'jobs': [job]}}, minutes=5, work=lingering.{work})"
-    )
-    parent = subprocess.Popen([sys.executable, "-c", script, str(REPO / "src"), str(tmp_path)], cwd=tmp_path)
-    try:
-        for _ in range(600):  # the worker starts (spawned: it imports fed afresh)
-            if (tmp_path / "cell.pid").exists() and (tmp_path / "cell.pid").read_text():
-                break
-            time.sleep(0.1)
-        worker = int((tmp_path / "cell.pid").read_text())
+    with lingering_campaign(tmp_path, work) as (parent, worker):
         assert running(worker)
         parent.send_signal(getattr(signal, kill))
         parent.wait()
-        for _ in range(100):
-            if not running(worker):
-                break
-            time.sleep(0.1)
-        assert not running(worker), "the worker outlived its campaign"
+        assert until(lambda: not running(worker), 10), "the worker outlived its campaign"
         if work == "linger_as_a_cell":
             assert (tmp_path / "cell.terminated").exists(), "the cell did not end as a terminated job"
-    finally:
-        parent.kill()
-        if (tmp_path / "cell.pid").exists() and running(worker := int((tmp_path / "cell.pid").read_text())):
-            os.kill(worker, signal.SIGKILL)
 
 
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}  # exit(2) of the calling thread only, where exit_group(2) ends them all
@@ -508,48 +518,24 @@ def test_a_campaign_dying_thread_by_thread_ends_its_cell_once_it_has_gone(tmp_pa
     the campaign is still the worker's parent, and a cell ended then could not tell whether to end its worker too
     (the parent-death signal fired there: the cell ended, its worker waited for work from a dead pool; CI, 1 run in
     50). Here the campaign's main thread, the one that started the worker, exits first and another lingers."""
-    import signal
-    import time
-
-    (tmp_path / "lingering.py").write_text(LINGER)
-    script = (
-        "import ctypes, os, signal, sys, threading, time; sys.path[:0] = sys.argv[1:3]; from pathlib import Path; "
-        "from fed import campaign; import lingering\n"
+    prelude = (
+        "import ctypes, os, signal, threading, time; from pathlib import Path\n"
         f"signal.signal(signal.SIGUSR1, lambda *_: ctypes.CDLL(None).syscall({SYS_EXIT[os.uname().machine]}, 0))\n"
         "def last_thread():\n"
         "    while not Path('die').exists(): time.sleep(0.05)\n"
         "    os._exit(0)\n"
-        "threading.Thread(target=last_thread).start()\n"
-        "job = {'kind': 'cell', 'out': 'cell', 'rank': [0, 0, 1], 'needs': [], 'label': 'cell', 'args': {}}\n"
-        "campaign.run({'version': campaign.PLAN_VERSION, 'jobs': [job]}, minutes=5, work=lingering.linger_as_a_cell)"
+        "threading.Thread(target=last_thread).start()"
     )
-    parent = subprocess.Popen([sys.executable, "-c", script, str(REPO / "src"), str(tmp_path)], cwd=tmp_path)
-    try:
-        for _ in range(600):
-            if (tmp_path / "cell.pid").exists() and (tmp_path / "cell.pid").read_text():
-                break
-            time.sleep(0.1)
-        worker = int((tmp_path / "cell.pid").read_text())
+    with lingering_campaign(tmp_path, "linger_as_a_cell", prelude) as (parent, worker):
         parent.send_signal(signal.SIGUSR1)  # its main thread exits
-        for _ in range(50):
-            if Path(f"/proc/{parent.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-                break
-            time.sleep(0.1)
+        assert until(lambda: Path(f"/proc/{parent.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z", 5)
         time.sleep(2 * campaign.WATCH_EVERY + 0.5)
         assert parent.poll() is None and running(worker)
         assert not (tmp_path / "cell.terminated").exists(), "the cell ended while its campaign lived"
         (tmp_path / "die").touch()  # the last thread exits: the campaign has gone
         parent.wait()
-        for _ in range(100):
-            if not running(worker):
-                break
-            time.sleep(0.1)
-        assert not running(worker), "the worker outlived its campaign"
+        assert until(lambda: not running(worker), 10), "the worker outlived its campaign"
         assert (tmp_path / "cell.terminated").read_text() != str(parent.pid), "the cell ended before its campaign had"
-    finally:
-        parent.kill()
-        if (tmp_path / "cell.pid").exists() and running(worker := int((tmp_path / "cell.pid").read_text())):
-            os.kill(worker, signal.SIGKILL)
 
 
 def test_a_tuning_after_another_waits_for_that_tuning_in_the_plan(tmp_path):
