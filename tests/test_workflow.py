@@ -193,6 +193,40 @@ def test_feddpms_fmnist_trains_only_what_reference_lacks(tmp_path):
     assert job_counts(snakemake(tmp_path, "-n", *args).stdout).get("train", 0) == len(pair - set(committed))
 
 
+def markdown_row(text: str, first: str) -> list[str]:
+    """The cells of the Markdown table row whose first cell starts with ``first``."""
+    rows = [line.strip("| ").split(" | ") for line in text.splitlines() if line.startswith(f"| {first}")]
+    assert len(rows) == 1, f"{len(rows)} rows start with {first!r}"
+    return [cell.strip() for cell in rows[0]]
+
+
+# each paper's committed cells at its protocol: the overlays that read them, its row in results.md and README
+PAPER_PROTOCOL = {
+    "fedzda": ("Fed-ZDA", ("config/fmnist.yaml", "config/fmnist_committed.yaml")),
+    "dafl": ("DA-FL", ("config/dafl_fmnist.yaml",)),
+    "feddpms": ("FedDPMS", ("config/feddpms_fmnist.yaml",)),
+}
+
+
+@pytest.mark.parametrize("paper", PAPER_PROTOCOL)
+def test_results_summary_and_readme_status_are_the_reports_counts(paper, tmp_path):
+    """docs/results.md's summary table and README's status table count the cells that the report's own summary page
+    (rule summary, fed.reporting.summary) counts when it is rebuilt from the committed cells without training: a cell
+    committed, a verdict moved or a table added fails here until both are updated from that page (issue 42)."""
+    name, overlays = PAPER_PROTOCOL[paper]
+    args = ("--configfile", *(str(REPO / c) for c in overlays), "--until", "summary")
+    assert "rule train:" not in snakemake(tmp_path, "-n", *args).stdout  # every cell of its tables is committed
+    snakemake(tmp_path, "--cores", "1", *args)
+    per_paper = (tmp_path / "reports/summary.md").read_text().split("Per table:")[0]
+    page = markdown_row(per_paper, f"{paper} ")
+    cells, reproduced, above, below, not_comparable, no_paper = map(int, page[1:7])
+    summary = (REPO / "docs/results.md").read_text().split("## Summary")[1].split("\n## ")[0]
+    assert markdown_row(summary, f"{name} ")[1:] == page[1:7]
+    status = markdown_row((REPO / "README.md").read_text(), f"[{name}]")[2]
+    assert f"{reproduced} of {cells} reproduced, {above} above, {below} below" in status, status
+    assert not (not_comparable or no_paper) or f"{not_comparable} not comparable, {no_paper} no paper value" in status
+
+
 def test_quick_config_dry_run(tmp_path):
     counts = job_counts(snakemake(tmp_path, "-n", "--configfile", str(REPO / "config/quick.yaml")).stdout)
     assert counts["train"] == 30 + 1 + 2 + 6 and counts["prepare_data"] == 1 and counts["figure"] == 3
