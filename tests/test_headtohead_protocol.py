@@ -108,3 +108,15 @@ def test_the_boards_differ_only_by_the_authors_settings(boards):
     assert methods["a_flea"]["protocol"] == {"optimizer": "adam", "lr": 0.001, "lr_decay": 0.98, "lr_min": 1e-5,
                                              "batch_size": 32, "model": "cnn_dpms_fmnist_block2"}  # fmt: skip
     assert "protocol" not in methods["p_feddpms"] and "protocol" not in methods["p_flea"]
+
+
+def test_each_board_has_its_own_answer_and_costs_divide_by_its_fedavg(boards):
+    """The two boards share a preset (h2h_protocol): each gets its own answer table (named after its leaderboard, not
+    the preset, so one cannot overwrite the other), and their cost table's times are relative to p_fedavg."""
+    assert boards.answers() == {
+        "headtohead/protocol_shared_answer": "headtohead_protocol_shared",
+        "headtohead/protocol_authors_answer": "headtohead_protocol_authors",
+    }
+    assert boards.cost_baseline("headtohead", "h2h_protocol") == "p_fedavg"
+    outputs = boards.table_outputs()
+    assert {f"{boards.reports}/tables/{a}.md" for a in boards.answers()} <= set(outputs)

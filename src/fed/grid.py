@@ -412,13 +412,26 @@ class Grid:
         return "; ".join(dict.fromkeys(r for r in reductions if r))
 
     def answers(self) -> dict[str, str]:
-        """{paper/answer_<preset>: leaderboard table name} of every audited leaderboard: its answer table
-        (fed.reporting.answer) reads the leaderboard, the paper's cost and privacy tables under its preset."""
+        """{<output>_answer: leaderboard table name} of every audited leaderboard: its answer table
+        (fed.reporting.answer) reads the leaderboard, the paper's cost and privacy tables under its preset. Named
+        after the leaderboard, not the preset: two boards may share a preset (the head-to-head protocol's)."""
         return {
-            f"{t['paper']}/answer_{t['preset']}": name
+            f"{t['output']}_answer": name
             for name, t in self.config["tables"].items()
             if t.get("layout") == "leaderboard" and t.get("audit")
         }
+
+    def cost_baseline(self, paper: str, preset: str) -> str:
+        """The method a paper's cost table divides wall time by under one preset: its leaderboards' baseline where
+        they name one (the head-to-head protocol's p_fedavg), else FedAvg."""
+        named = {
+            t.get("baseline", "fedavg")
+            for t in self.config["tables"].values()
+            if t["paper"] == paper and t["preset"] == preset and t.get("layout") == "leaderboard"
+        }
+        if len(named) > 1:
+            raise ValueError(f"{paper}/{preset}: leaderboards with baselines {sorted(named)} share one cost table")
+        return named.pop() if named else "fedavg"
 
     # --- what `rule all` builds ---------------------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 # figure variants, paths; testable without Snakemake). What stays here: path constants and the rules' input
 # functions, each a few lines over GRID. Snakemake's own `config` is left as given.
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -124,4 +125,4 @@ wildcard_constraints:
 
 def answer_table(w):
     """The audited leaderboard behind an answer table (Grid.answers)."""
-    return GRID.config["tables"][GRID.answers()[f"{w.paper}/answer_{w.preset}"]]
+    return GRID.config["tables"][GRID.answers()[w.answer]]

@@ -68,6 +68,7 @@ rule costs:
     params:
         cells=lambda w: GRID.cost_cells(w.paper, w.preset),
         audited=lambda w: GRID.cost_cells(w.paper, w.preset, audited=True),
+        baseline=lambda w: GRID.cost_baseline(w.paper, w.preset),
     script:
         "../scripts/costs.py"
 
@@ -77,24 +78,26 @@ rule answer:
     (fed.reporting.answer: read from the leaderboard, cost and privacy tables)."""
     input:
         leaderboard=lambda w: f"{REPORTS}/tables/{answer_table(w)['output']}.csv",
-        costs=f"{REPORTS}/tables/{{paper}}/costs_{{preset}}.csv",
-        privacy=f"{REPORTS}/tables/{{paper}}/privacy_{{preset}}.csv",
+        costs=lambda w: "{0}/tables/{paper}/costs_{preset}.csv".format(REPORTS, **answer_table(w)),
+        privacy=lambda w: "{0}/tables/{paper}/privacy_{preset}.csv".format(REPORTS, **answer_table(w)),
     output:
-        csv=f"{REPORTS}/tables/{{paper}}/answer_{{preset}}.csv",
-        md=f"{REPORTS}/tables/{{paper}}/answer_{{preset}}.md",
+        csv=f"{REPORTS}/tables/{{answer}}.csv",
+        md=f"{REPORTS}/tables/{{answer}}.md",
         html=report(
-            f"{REPORTS}/tables/{{paper}}/answer_{{preset}}.html",
+            f"{REPORTS}/tables/{{answer}}.html",
             caption="../report/answer.rst",
             category="Summary",
-            subcategory="{paper}",
+            subcategory=lambda w: answer_table(w)["paper"],
         ),
     log:
-        "logs/answer/{paper}/{preset}.log",
+        "logs/answer/{answer}.log",
+    wildcard_constraints:
+        answer="|".join(map(re.escape, GRID.answers())) or "NONE",
     conda:
         "../../envs/fed.yaml"
     params:
         table=answer_table,
-        reduction=lambda w: GRID.preset(w.preset).get("reduction", ""),
+        reduction=lambda w: GRID.preset(answer_table(w)["preset"]).get("reduction", ""),
     script:
         "../scripts/answer.py"
 

@@ -13,9 +13,7 @@ table, inp = snakemake.params.table, snakemake.input
 metric = table["metrics"][0]
 baseline = table.get("baseline", "fedavg")
 frame = answer_table(pd.read_csv(inp.leaderboard), pd.read_csv(inp.costs), pd.read_csv(inp.privacy), metric)
-reduction = (
-    f" Preset '{snakemake.wildcards.preset}': {snakemake.params.reduction}." if snakemake.params.reduction else ""
-)
+reduction = f" Preset '{table['preset']}': {snakemake.params.reduction}." if snakemake.params.reduction else ""
 write_frame(
     frame,
     snakemake.output.csv.removesuffix(".csv"),
@@ -23,6 +21,6 @@ write_frame(
     f" {metric} to {baseline} over every (regime, seed) pair (* significant after Holm), the regimes where it is"
     f" significantly better or worse (paired t over seeds, Holm), and, averaged over the regimes, what it shares, the"
     " leakage score of that and of its model's inversion (0: chance, 1: raw records), its stated ε, the MB it shares,"
-    " its wall time relative to FedAvg, the MB a client exchanges per round, its stages' seconds and its peak memory"
-    f" (from the leaderboard, cost and privacy tables).{reduction}",
+    f" its wall time relative to {baseline}, the MB a client exchanges per round, its stages' seconds and its peak"
+    f" memory (from the leaderboard, cost and privacy tables).{reduction}",
 )

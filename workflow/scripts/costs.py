@@ -16,7 +16,7 @@ audited = [
     for c, path in zip(snakemake.params.audited, snakemake.input.audits)
 ]
 w = snakemake.wildcards
-costs, ledger = cost_table(cells), privacy_table(cells)
+costs, ledger = cost_table(cells, snakemake.params.baseline), privacy_table(cells)
 audit_note = ""
 if audited:
     costs = costs.merge(audit_costs(audited), on=KEYS, how="left")

@@ -346,10 +346,11 @@ def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")
 
 
-def cost_table(cells: list[dict]) -> pd.DataFrame:
-    """Measured cost per (dataset, partition, method): wall time of a run, seconds per round, ZSDG seconds per
-    round, the wall time relative to FedAvg on the same dataset and partition (mean over seeds), and ZSDG's
-    quality: the accuracy (%) of each source model on the samples it generated."""
+def cost_table(cells: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
+    """Measured cost per (dataset, partition, method): wall time of a run, seconds per round (none where a run
+    trained no round), ZSDG seconds per round, the wall time relative to FedAvg (``baseline``: its method name) on
+    the same dataset and partition (mean over seeds), and ZSDG's quality: the accuracy (%) of each source model on
+    the samples it generated."""
     rows = []
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
@@ -359,7 +360,7 @@ def cost_table(cells: list[dict]) -> pd.DataFrame:
                 **{k: cell[k] for k in ("dataset", "partition", "method", "seed")},
                 "wall_seconds": summary["wall_seconds"],
                 "rounds": summary["rounds_completed"],
-                "seconds_per_round": hist["seconds"].mean(),
+                "seconds_per_round": hist["seconds"].mean() if "seconds" in hist else math.nan,
                 "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0,
                 "zsdg_source_acc": hist["zsdg_source_acc"].mean() if "zsdg_source_acc" in hist else math.nan,
             }
@@ -377,7 +378,7 @@ def cost_table(cells: list[dict]) -> pd.DataFrame:
         )
         .reset_index()
     )
-    base = df[df.method == "fedavg"].set_index(["dataset", "partition"])["wall_seconds"]
+    base = df[df.method == baseline].set_index(["dataset", "partition"])["wall_seconds"]
     df["relative_to_fedavg"] = [
         row.wall_seconds / base.get((row.dataset, row.partition), math.nan) for row in df.itertuples()
     ]
