@@ -97,3 +97,24 @@ def test_fed_analyse_names_the_cells_a_board_still_misses(tmp_path):
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert "cells are neither committed (current) nor under results/, e.g. results/runs/h2h_protocol/" in proc.stderr
     assert "/seed99/metrics.json" in proc.stderr or "/seed0/metrics.json" in proc.stderr
+
+
+def test_the_glance_reads_each_analysis_and_keeps_a_method_with_no_value():
+    """The glance row of A: δ 3.5 with the primary interval 3.5 ± 12.7062·1.5 and its Holm p; better under the pooled
+    t (Holm over A and B), not under Friedman (1.17 ranks < CD 1.35), so not 'all four'; a method whose every run
+    diverged (C: no value) gets a row that says so, after those analysed."""
+    from fed.reporting.analyses import glance
+
+    t = analyse(values(), "base")
+    g = glance(t, ["A", "B", "C"]).set_index("method")
+    assert list(g.index) == ["A", "B", "C"]  # by δ: A 3.5, B −0.85; then C
+    half = 12.706205 * 1.5
+    p = row(t, "primary", "A")["p_holm"]
+    assert g.loc["A", "δ"] == "+3.50"
+    assert g.loc["A", "primary: 95 % interval; Holm p"] == f"{3.5 - half:+.1f} to {3.5 + half:+.1f}; {p:.2g}"
+    assert g.loc["A", "pooled t"] == f"better ({row(t, 'pooled_t', 'A')['p_holm']:.2g})"
+    assert g.loc["A", "Friedman–Nemenyi (CD 1.35 over 6 blocks)"] == "— (+1.2)"
+    assert g.loc["A", "all four"] == "—"
+    # per regime: r2's 4, 5, 6 give t = 5√3 (p 0.0131 on 2 df), 0.026 after Holm over A and B; r1's 2√3 does not
+    assert g.loc["A", "regimes (t over seeds, Holm)"] == "r2 +" and g.loc["B", "regimes (t over seeds, Holm)"] == "—"
+    assert g.loc["C", "δ"] == "no value (every run diverged)" and g.loc["C", "pooled t"] == ""

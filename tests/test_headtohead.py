@@ -214,6 +214,22 @@ def test_the_results_page_shows_the_glance_table_the_committed_cells_give(cpu):
     assert lb.matrix(_board(cpu)).to_markdown(index=False) in (REPO / "docs/results/headtohead.md").read_text()
 
 
+def analyses_glance(grid, table: str, metric: str = "global_acc") -> str:
+    """A leaderboard's analyses glance table (``rule analyses``' markdown, first metric) from its cells."""
+    from fed.reporting import analyses
+
+    methods = grid.config["tables"][table]["methods"]
+    values, baseline, higher = analyses.table_values(grid, table, metric)
+    glance = analyses.glance(analyses.analyse(values, baseline, higher), [m for m in methods if m != baseline])
+    return glance.to_markdown(index=False, disable_numparse=True)
+
+
+def test_the_results_page_shows_the_analyses_the_committed_cells_give(cpu):
+    """docs/results/headtohead.md's analyses of the board before the protocol are ``rule analyses``' glance table of
+    the committed cells: a hand-edited p or verdict fails."""
+    assert analyses_glance(cpu, "headtohead_leaderboard") in (REPO / "docs/results/headtohead.md").read_text()
+
+
 def test_the_fedlc_absent_check_changes_only_the_rule_and_is_committed(cpu):
     """config/headtohead_fedlc_absent.yaml: FedLC with FLea's absent-class rule beside the head-to-head's (FL-bench's),
     the same tuning, regimes and seeds; its 18 cells are committed (the table rebuilds without training)."""

@@ -227,6 +227,7 @@ def test_a_leaderboard_config_is_valid_and_defaults_to_the_paper_layout():
         ({"published": True}, "a leaderboard has no paper values: set `published: false`"),
         ({"paper_method": {"fedavg": "FedAvg"}}, "paper_method compares with a paper"),
         ({"layout": "paper", "baseline": "fedavg"}, "`baseline` belongs to a leaderboard"),
+        ({"layout": "paper", "analyses": True}, "`analyses` belongs to a leaderboard"),
     ],
 )
 def test_leaderboard_keys_are_checked_before_any_job(table, message):

@@ -421,6 +421,11 @@ class Grid:
             if t.get("layout") == "leaderboard" and t.get("audit")
         }
 
+    def analyses(self) -> dict[str, str]:
+        """{<output>_analyses: leaderboard table name} of every leaderboard with ``analyses: true``: the analyses
+        named in advance (fed.reporting.analyses) of its cells, every metric."""
+        return {f"{t['output']}_analyses": name for name, t in self.config["tables"].items() if t.get("analyses")}
+
     def cost_baseline(self, paper: str, preset: str) -> str:
         """The method a paper's cost table divides wall time by under one preset: its leaderboards' baseline where
         they name one (the head-to-head protocol's p_fedavg), else FedAvg."""
@@ -436,14 +441,15 @@ class Grid:
     # --- what `rule all` builds ---------------------------------------------------------------------------------
 
     def table_outputs(self) -> list[str]:
-        """Every table (the paper's, costs and privacy per paper and preset, claims) in every format, and the
-        summary."""
+        """Every table (the paper's, costs and privacy per paper and preset, claims, answers, analyses) in every
+        format, and the summary."""
         costs = sorted({(t["paper"], t["preset"]) for t in self.config["tables"].values()})
         tables = [f"{self.reports}/tables/{t}" for t in self.tables]
         tables += [f"{self.reports}/tables/{paper}/costs_{p}" for paper, p in costs]
         tables += [f"{self.reports}/tables/{paper}/privacy_{p}" for paper, p in costs]
         tables += [f"{self.reports}/tables/{paper}/claims" for paper in sorted(self.claim_papers)]
         tables += [f"{self.reports}/tables/{answer}" for answer in self.answers()]
+        tables += [f"{self.reports}/tables/{analysed}" for analysed in self.analyses()]
         summary = [f"{self.reports}/summary.{ext}" for ext in ("rst", "md", "html")]
         return [f"{t}.{ext}" for t in tables for ext in EXTENSIONS] + summary
 

@@ -83,8 +83,12 @@ def check_config(config: dict[str, Any]) -> list[str]:
             errors += [f"{where}: {e}" for e in leaderboard_errors(exp)]
             if len(exp["seeds"]) < 2:
                 warnings.append(f"{where}: fewer than 2 seeds: a leaderboard's paired tests need 2 and are left out")
-        elif "baseline" in exp:
-            errors.append(f"{where}: `baseline` belongs to a leaderboard (layout: leaderboard); a paper table has none")
+        else:
+            errors += [
+                f"{where}: `{k}` belongs to a leaderboard (layout: leaderboard); a paper table has none"
+                for k in ("baseline", "analyses")
+                if exp.get(k) not in (None, False)  # analyses defaults to false
+            ]
         if layout == "paper" and exp.get("published", True) and exp["paper"] not in published_papers():
             errors.append(
                 f"{where}: no published numbers for paper {exp['paper']!r} (valid choices: "

@@ -126,3 +126,8 @@ wildcard_constraints:
 def answer_table(w):
     """The audited leaderboard behind an answer table (Grid.answers)."""
     return GRID.config["tables"][GRID.answers()[w.answer]]
+
+
+def analysed_table(w):
+    """The leaderboard behind an analyses table (Grid.analyses)."""
+    return GRID.config["tables"][GRID.analyses()[w.analysed]]

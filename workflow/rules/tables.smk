@@ -102,6 +102,34 @@ rule answer:
         "../scripts/answer.py"
 
 
+rule analyses:
+    """A leaderboard's analyses named in advance (fed.reporting.analyses): the primary regime-level test and the
+    secondary ones, each Holm-corrected in its family, every metric."""
+    input:
+        lambda w: [GRID.cell_path(**c) for c in GRID.table_cells(analysed_table(w))],
+    output:
+        csv=f"{REPORTS}/tables/{{analysed}}.csv",
+        md=f"{REPORTS}/tables/{{analysed}}.md",
+        html=report(
+            f"{REPORTS}/tables/{{analysed}}.html",
+            caption="../report/analyses.rst",
+            category="Tables",
+            subcategory=lambda w: analysed_table(w)["paper"],
+        ),
+    log:
+        "logs/analyses/{analysed}.log",
+    wildcard_constraints:
+        analysed="|".join(map(re.escape, GRID.analyses())) or "NONE",
+    conda:
+        "../../envs/fed.yaml"
+    params:
+        table=analysed_table,
+        cells=lambda w: GRID.table_cells(analysed_table(w)),
+        report=lambda w: GRID.preset(analysed_table(w)["preset"])["report"],
+    script:
+        "../scripts/analyses.py"
+
+
 rule claims:
     """A paper's headline statements, each supported / contradicted / inconclusive by a test over seeds."""
     input:

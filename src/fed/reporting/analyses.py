@@ -128,10 +128,21 @@ def survivors(analysed: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def board_values(runs: pd.DataFrame, metric: str, protocol: str) -> pd.DataFrame:
+    """``collect_runs``' rows of a leaderboard's cells as ``analyse`` reads them: method, regime, seed, value of
+    ``metric`` at the ``protocol``'s round; a diverged run has no value."""
+    from fed.reporting.leaderboard import seed_values
+
+    x = seed_values(runs, metric, protocol).dropna(subset=["value"])
+    several = x["dataset"].nunique() > 1
+    x["regime"] = [f"{d}/{p}" if several else p for d, p in zip(x["dataset"], x["partition"])]
+    return x[["method", "regime", "seed", "value"]]
+
+
 def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool]:
     """A configured leaderboard's values of ``metric`` (committed cells where current, else results_dir's), its
     baseline and whether higher is better: the input of ``analyse``."""
-    from fed.reporting.leaderboard import DEFAULT_BASELINE, higher_is_better, seed_values
+    from fed.reporting.leaderboard import DEFAULT_BASELINE, higher_is_better
     from fed.reporting.tables import collect_runs
 
     spec = grid.config["tables"][table]
@@ -141,8 +152,70 @@ def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool
             f"table {table!r}: {len(missing)} of its {len(cells)} cells are neither committed (current) nor under "
             f"results/, e.g. {missing[0]}: run them first (fed campaign / snakemake), or narrow the table's config"
         )
-    runs = collect_runs(cells)
-    x = seed_values(runs, metric, grid.preset(spec["preset"])["report"]).dropna(subset=["value"])
-    several = x["dataset"].nunique() > 1
-    x["regime"] = [f"{d}/{p}" if several else p for d, p in zip(x["dataset"], x["partition"])]
-    return x[["method", "regime", "seed", "value"]], spec.get("baseline", DEFAULT_BASELINE), higher_is_better(metric)
+    values = board_values(collect_runs(cells), metric, grid.preset(spec["preset"])["report"])
+    return values, spec.get("baseline", DEFAULT_BASELINE), higher_is_better(metric)
+
+
+def _word(row) -> str:
+    """better / worse than the baseline, or — (not significant)."""
+    return ("better" if row["diff"] > 0 else "worse") if row["significant"] else "—"
+
+
+def _verdict(row) -> str:
+    """The word, with Holm's p."""
+    return "n/a" if pd.isna(row["p_holm"]) else f"{_word(row)} ({row['p_holm']:.2g})"
+
+
+CAPTION = (
+    "{title} — its analyses, named in advance (docs/headtohead-protocol.md, section 5): per method, δ = the mean over"
+    " regimes of its mean paired difference to {baseline} (> 0: better; a regime's seeds where both have a value),"
+    " the primary test (a random regime effect: Student's t of the regime means, 95 % interval) with Holm over the"
+    " methods; the secondary ones (the pooled paired t and Wilcoxon's signed-rank test over every (regime, seed) pair,"
+    " Friedman's test with Nemenyi's critical difference over the complete blocks: the gain in mean rank over"
+    " {baseline}), each Holm-corrected in its own family; 'all four': significant in the same direction under every"
+    " one; the regimes where the paired t over seeds is significant (Holm within each regime). A run that diverged"
+    " has no value and is never paired. Every analysis, p and statistic: the CSV."
+)
+
+
+def glance(analysed: pd.DataFrame, methods: list[str] = ()) -> pd.DataFrame:
+    """One row per method (by the primary estimate, best first; then those of ``methods`` with no paired value,
+    every run diverged, in a row that says so): the primary estimate δ
+    with its 95 % interval and Holm's p, each secondary analysis' verdict (better / worse / —, Holm's p; Friedman:
+    the gain in mean rank over the baseline, and Nemenyi's CD in the header), whether the conclusion holds under all
+    four (``survivors``), and the regimes where the per-regime t is significant after Holm (+ better, − worse)."""
+    by = {name: a.set_index("method") for name, a in analysed.groupby("analysis")}
+    primary = by["primary"]
+    order = list(primary.sort_values("diff", ascending=False).index)
+    order += [m for m in methods if m not in order]
+    fried = by.get("friedman", pd.DataFrame())
+    cd = f"CD {fried['statistic'].iloc[0]:.2f} over {fried['n'].iloc[0]} blocks" if len(fried) else "no complete block"
+    kept = survivors(analysed).set_index("method")
+    regimes = analysed[analysed["analysis"].str.startswith("regime:")]
+    rows = []
+    for m in order:
+        if m not in primary.index:
+            rows.append({"method": m, "δ": "no value (every run diverged)"})
+            continue
+        p = primary.loc[m]
+        hits = regimes[(regimes["method"] == m) & regimes["significant"].astype(bool)]
+        f = fried.loc[m] if m in fried.index else None
+        rows.append(
+            {
+                "method": m,
+                "δ": f"{p['diff']:+.2f}",
+                "primary: 95 % interval; Holm p": f"{p['low']:+.1f} to {p['high']:+.1f}; "
+                + (f"**{p['p_holm']:.2g}**" if p["significant"] else f"{p['p_holm']:.2g}"),
+                "pooled t": _verdict(by["pooled_t"].loc[m]),
+                "Wilcoxon": _verdict(by["wilcoxon"].loc[m]),
+                f"Friedman–Nemenyi ({cd})": "n/a" if f is None else f"{_word(f)} ({f['diff']:+.1f})",
+                "all four": {1: "better", -1: "worse"}.get(
+                    int(np.sign(p["diff"])) if kept.loc[m, "survives"] else 0, "—"
+                ),
+                "regimes (t over seeds, Holm)": ", ".join(
+                    f"{r.analysis.removeprefix('regime:')} {'+' if r.diff > 0 else '−'}" for r in hits.itertuples()
+                )
+                or "—",
+            }
+        )
+    return pd.DataFrame(rows).fillna("")
