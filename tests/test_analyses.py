@@ -118,3 +118,21 @@ def test_the_glance_reads_each_analysis_and_keeps_a_method_with_no_value():
     # per regime: r2's 4, 5, 6 give t = 5√3 (p 0.0131 on 2 df), 0.026 after Holm over A and B; r1's 2√3 does not
     assert g.loc["A", "regimes (t over seeds, Holm)"] == "r2 +" and g.loc["B", "regimes (t over seeds, Holm)"] == "—"
     assert g.loc["C", "δ"] == "no value (every run diverged)" and g.loc["C", "pooled t"] == ""
+
+
+def test_a_contrast_is_its_own_family_of_one_against_its_own_method():
+    """``contrasts: {A: B}``: A tested against B (not the baseline), alone, so Holm leaves its p as it is. By hand:
+    A − B = 0.5, 3, 3.2 (r1) and 4.5, 5.9, 8 (r2); regime means 2.2333 and 6.1333, δ = 4.1833, t = δ / (3.9 / 2)."""
+    from fed.reporting.analyses import board_analyses
+
+    rows = values().rename(columns={"regime": "partition"})
+    runs = rows.assign(dataset="d", protocol="last", metric="global_acc", diverged=False, machine="m")
+    table = {"baseline": "base", "methods": ["base", "A", "B"], "metrics": ["global_acc"], "contrasts": {"A": "B"}}
+    every, glances = board_analyses(runs, table, "last")
+    assert [title for title, _ in glances] == ["global_acc", "global_acc: A against B"]
+    c = every[(every["against"] == "B") & (every["analysis"] == "primary")]
+    assert list(c["method"]) == ["A"] and c["diff"].iloc[0] == pytest.approx(4.18333, rel=1e-5)
+    t = 4.18333 / 1.95
+    assert c["statistic"].iloc[0] == pytest.approx(t, rel=1e-5)
+    assert c["p_holm"].iloc[0] == c["p"].iloc[0] == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-5)
+    assert row(every[every["against"] == "base"], "primary", "A")["diff"] == pytest.approx(3.5)  # the board's own

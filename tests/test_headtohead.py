@@ -214,20 +214,22 @@ def test_the_results_page_shows_the_glance_table_the_committed_cells_give(cpu):
     assert lb.matrix(_board(cpu)).to_markdown(index=False) in (REPO / "docs/results/headtohead.md").read_text()
 
 
-def analyses_glance(grid, table: str, metric: str = "global_acc") -> str:
-    """A leaderboard's analyses glance table (``rule analyses``' markdown, first metric) from its cells."""
+def analyses_glances(grid, table: str) -> dict[str, str]:
+    """A leaderboard's analyses glance tables (``rule analyses``' markdown, by title) from its cells."""
     from fed.reporting import analyses
+    from fed.reporting.tables import collect_runs
 
-    methods = grid.config["tables"][table]["methods"]
-    values, baseline, higher = analyses.table_values(grid, table, metric)
-    glance = analyses.glance(analyses.analyse(values, baseline, higher), [m for m in methods if m != baseline])
-    return glance.to_markdown(index=False, disable_numparse=True)
+    spec = grid.config["tables"][table]
+    runs = collect_runs([dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(spec)])
+    _, glances = analyses.board_analyses(runs, spec, grid.preset(spec["preset"])["report"])
+    return {title: frame.to_markdown(index=False, disable_numparse=True) for title, frame in glances}
 
 
 def test_the_results_page_shows_the_analyses_the_committed_cells_give(cpu):
     """docs/results/headtohead.md's analyses of the board before the protocol are ``rule analyses``' glance table of
     the committed cells: a hand-edited p or verdict fails."""
-    assert analyses_glance(cpu, "headtohead_leaderboard") in (REPO / "docs/results/headtohead.md").read_text()
+    glance = analyses_glances(cpu, "headtohead_leaderboard")["global_acc"]
+    assert glance in (REPO / "docs/results/headtohead.md").read_text()
 
 
 def test_the_fedlc_absent_check_changes_only_the_rule_and_is_committed(cpu):

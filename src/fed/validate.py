@@ -197,6 +197,11 @@ def leaderboard_errors(table: dict[str, Any]) -> list[str]:
     baseline = table.get("baseline", DEFAULT_BASELINE)
     if baseline not in table["methods"]:
         errors.append(f"baseline {baseline!r} is not among the table's methods {table['methods']}")
+    if table.get("contrasts") and not table.get("analyses"):
+        errors.append("contrasts are tested by the analyses: set `analyses: true`")
+    for method, against in table.get("contrasts", {}).items():
+        errors += [f"contrast {method} against {against}: {m!r} is not among the table's methods"
+                   for m in (method, against) if m not in table["methods"]]  # fmt: skip
     return errors
 
 

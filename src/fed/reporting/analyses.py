@@ -156,6 +156,27 @@ def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool
     return values, spec.get("baseline", DEFAULT_BASELINE), higher_is_better(metric)
 
 
+def board_analyses(runs: pd.DataFrame, table: dict, protocol: str) -> tuple[pd.DataFrame, list]:
+    """A leaderboard's analyses, every metric: the CSV frame (every analysis, p and statistic; ``against``: the
+    baseline) and the titled glance tables of the md, one a metric, then one a ``contrasts`` entry (method: the method
+    it is tested against, e.g. FedData against the step-matched FedAvg: one pre-registered comparison, its own family
+    of one, so Holm leaves its p as it is)."""
+    from fed.reporting.leaderboard import DEFAULT_BASELINE, higher_is_better
+
+    baseline = table.get("baseline", DEFAULT_BASELINE)
+    frames, glances = [], []
+    for metric in table["metrics"]:
+        values, higher = board_values(runs, metric, protocol), higher_is_better(metric)
+        analysed = analyse(values, baseline, higher)
+        frames.append(analysed.assign(metric=metric, against=baseline))
+        glances.append((metric, glance(analysed, [m for m in table["methods"] if m != baseline])))
+        for method, against in table.get("contrasts", {}).items():
+            pair = analyse(values[values["method"].isin([method, against])], against, higher)
+            frames.append(pair.assign(metric=metric, against=against))
+            glances.append((f"{metric}: {method} against {against}", glance(pair, [method])))
+    return pd.concat(frames, ignore_index=True), glances
+
+
 def _word(row) -> str:
     """better / worse than the baseline, or — (not significant)."""
     return ("better" if row["diff"] > 0 else "worse") if row["significant"] else "—"
