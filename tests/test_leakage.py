@@ -322,3 +322,31 @@ def test_feddpms_without_a_shared_stage_i_is_audited_after_its_own(synthetic_roo
     assert "warm" not in eng.ctx.stages
     out = audit(eng, eng.ctx.global_state, TINY)
     assert out["artifacts"]["decoded_latent_means"]["n"] > 0 and out["artifacts"]["client_updates"]["n"] == 4
+
+
+def test_the_leakage_glance_prints_each_attack_with_its_interval_by_hand():
+    """A regime's rows: each score with its interval (the privacy table's mean over seeds of each cell's interval),
+    — where the method shares no artifact or trained no round, and other regimes left out."""
+    import pandas as pd
+
+    from fed.reporting.audit import leakage_glance
+
+    privacy = pd.DataFrame(
+        [
+            {"partition": "r", "method": "flea", "records": "reconstructed_features", "leakage": 0.594,
+             "leakage_lo": 0.511, "leakage_hi": 0.667, "advantage": 0.61, "advantage_lo": 0.57, "advantage_hi": 0.65,
+             "update_advantage": 0.05, "update_advantage_lo": -0.04, "update_advantage_hi": 0.13,
+             "inversion_leakage": 0.04},
+            {"partition": "r", "method": "fedavg", "records": math.nan, "leakage": math.nan, "update_advantage": 0.1,
+             "update_advantage_lo": 0.01, "update_advantage_hi": 0.18, "inversion_leakage": 0.16},
+            {"partition": "other", "method": "flea", "records": "reconstructed_features", "leakage": 0.99},
+        ]
+    )  # fmt: skip
+    g = leakage_glance(privacy, "r", ["fedavg", "flea", "dpms"]).set_index("method")
+    assert g.loc["flea", "artifact attacked"] == "reconstructed_features"
+    assert g.loc["flea", "leakage [95 % CI]"] == "0.59 [0.51, 0.67]"
+    assert g.loc["flea", "membership advantage [95 % CI]"] == "0.61 [0.57, 0.65]"
+    assert g.loc["flea", "update advantage [95 % CI]"] == "0.05 [-0.04, 0.13]"
+    assert g.loc["fedavg", "artifact attacked"] == "model updates only" and g.loc["fedavg", "leakage [95 % CI]"] == "—"
+    assert g.loc["fedavg", "inversion leakage"] == "0.16"
+    assert (g.loc["dpms"].drop("artifact attacked") == "—").all()  # no row: trained no round, nothing audited

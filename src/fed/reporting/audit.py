@@ -115,3 +115,37 @@ def _ci(name: str, bounds: list[float] | None) -> dict[str, float]:
 
 def _num(v) -> float:
     return math.nan if v is None else float(v)
+
+
+LEAKAGE_GLANCE = {  # column of the glance -> the privacy table's score
+    "leakage [95 % CI]": "leakage",  # the shared artifact: distance to the closest record, per-class null
+    "membership advantage [95 % CI]": "advantage",  # the shared artifact: paired membership test, 2·AUC − 1
+    "update advantage [95 % CI]": "update_advantage",  # each client's update of one more round: a loss attack
+    "inversion leakage": "inversion_leakage",  # ZSDG's inversion of the final global model
+}
+
+
+def leakage_glance(privacy: pd.DataFrame, partition: str, methods: list[str]) -> pd.DataFrame:
+    """One regime's leakage, one row per method of ``methods`` (``audit_privacy``'s rows of ``partition``): what is
+    attacked, and each attack's score, mean over seeds, with the mean over seeds of its cells' 95 % bootstrap
+    interval in brackets; — where the method has no such artifact or its run trained no round."""
+
+    def score(row: pd.Series, name: str) -> str:
+        value, lo, hi = (row.get(k, math.nan) for k in (name, f"{name}_lo", f"{name}_hi"))
+        if pd.isna(value):
+            return "—"
+        return f"{value:.2f}" + ("" if pd.isna(lo) else f" [{lo:.2f}, {hi:.2f}]")
+
+    rows = privacy[privacy["partition"] == partition].set_index("method")
+    out = []
+    for m in methods:
+        row = rows.loc[m] if m in rows.index else pd.Series(dtype=object)
+        records = row.get("records")
+        out.append(
+            {
+                "method": m,
+                "artifact attacked": records if isinstance(records, str) and records else "model updates only",
+                **{column: score(row, name) for column, name in LEAKAGE_GLANCE.items()},
+            }
+        )
+    return pd.DataFrame(out)
