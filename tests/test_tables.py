@@ -61,8 +61,9 @@ def test_the_privacy_ledger_lists_what_left_the_clients_per_method(tmp_path):
 
 
 def test_the_cost_table_divides_by_the_named_baseline_and_keeps_runs_that_trained_no_round(tmp_path):
-    """Wall time relative to the board's FedAvg (the protocol's ``p_fedavg``: hand-computed ratios), and a run that
-    diverged in its tuning and trained no round (empty history) counted with no seconds a round, not a KeyError."""
+    """Wall time relative to the board's FedAvg (the protocol's ``p_fedavg``: hand-computed ratios), a run's local
+    steps (summed over its rounds, mean over seeds), and a run that diverged in its tuning and trained no round
+    (empty history) counted with no seconds a round, not a KeyError."""
     import json
     import math
 
@@ -78,12 +79,13 @@ def test_the_cost_table_divides_by_the_named_baseline_and_keeps_runs_that_traine
     cells = []
     for (method, seed), (wall, seconds) in runs.items():
         path = tmp_path / f"{method}{seed}.json"
-        history = [{"round": i + 1, "seconds": s} for i, s in enumerate(seconds)]
+        history = [{"round": i + 1, "seconds": s, "local_steps": 10 * wall} for i, s in enumerate(seconds)]
         path.write_text(json.dumps({"wall_seconds": wall, "rounds_completed": len(seconds), "history": history}))
         cells.append(dict(dataset="fmnist", partition="h2h_scarce", method=method, seed=seed, path=path))
     df = cost_table(cells, baseline="p_fedavg").set_index("method")
     assert df.loc["p_fedavg", "relative_to_fedavg"] == 1.0
     assert df.loc["p_feddata", "relative_to_fedavg"] == 10.0  # 500 s over 50 s
     assert df.loc["p_feddata", "seconds_per_round"] == 25.0
+    assert df.loc["p_feddata", "local_steps"] == 10_000.0  # a run's sum over rounds (2 × 4,000; 2 × 6,000), mean
     assert df.loc["p_feddpms", "rounds"] == 0 and math.isnan(df.loc["p_feddpms", "seconds_per_round"])
     assert cost_table(cells)["relative_to_fedavg"].isna().all()  # no method named fedavg: no ratio, not a wrong one

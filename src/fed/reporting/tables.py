@@ -348,9 +348,10 @@ def _html_escape(s: str) -> str:
 
 def cost_table(cells: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
     """Measured cost per (dataset, partition, method): wall time of a run, seconds per round (none where a run
-    trained no round), ZSDG seconds per round, the wall time relative to FedAvg (``baseline``: its method name) on
-    the same dataset and partition (mean over seeds), and ZSDG's quality: the accuracy (%) of each source model on
-    the samples it generated."""
+    trained no round), the local steps of a run (every client's, summed over its rounds; where recorded), ZSDG
+    seconds per round, the wall time relative to FedAvg (``baseline``: its method name) on the same dataset and
+    partition (mean over seeds), and ZSDG's quality: the accuracy (%) of each source model on the samples it
+    generated."""
     rows = []
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
@@ -361,6 +362,7 @@ def cost_table(cells: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
                 "wall_seconds": summary["wall_seconds"],
                 "rounds": summary["rounds_completed"],
                 "seconds_per_round": hist["seconds"].mean() if "seconds" in hist else math.nan,
+                "local_steps": hist["local_steps"].sum() if "local_steps" in hist else math.nan,
                 "zsdg_seconds_per_round": hist["zsdg_seconds"].mean() if "zsdg_seconds" in hist else 0.0,
                 "zsdg_source_acc": hist["zsdg_source_acc"].mean() if "zsdg_source_acc" in hist else math.nan,
             }
@@ -373,6 +375,7 @@ def cost_table(cells: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
             wall_seconds=("wall_seconds", "mean"),
             rounds=("rounds", "max"),
             seconds_per_round=("seconds_per_round", "mean"),
+            local_steps=("local_steps", "mean"),
             zsdg_seconds_per_round=("zsdg_seconds_per_round", "mean"),
             zsdg_source_acc=("zsdg_source_acc", "mean"),
         )
