@@ -164,6 +164,7 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
             "mb_per_client_round": [1.0, 1.0, 1.0],
             "stage_seconds": [10.0, 30.0, 0.0],
             "peak_rss_mb": [700.0, 900.0, 500.0],
+            "local_steps": [1000.0, 3000.0, 500.0],
         }
     )
     out = answer_table(leaderboard, costs, privacy, "global_acc").set_index("method")
@@ -173,7 +174,7 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
     assert x["significantly better in"] == "a" and x["significantly worse in"] == "b"  # c: not significant
     assert x["shares"] == "synthetic_samples" and out.loc["fedavg", "shares"] == "model updates only"
     assert x["MB shared"] == 2.0 and x["leakage"] == pytest.approx(0.2) and x["ε"] == 51.0
-    assert x["time vs FedAvg"] == 3.0 and x["stage s"] == 20.0 and x["peak MB"] == 900.0
+    assert x["time vs FedAvg"] == 3.0 and x["stage s"] == 20.0 and x["peak MB"] == 900.0 and x["local steps"] == 2000
     assert out.loc["fedavg", "global_acc vs baseline (all regimes)"] == "baseline"
 
 

@@ -45,7 +45,8 @@ def answer_table(leaderboard: pd.DataFrame, costs: pd.DataFrame, privacy: pd.Dat
     difference to the baseline in ``metric`` over all (regime, seed) pairs (``*``: significant after Holm), the
     regimes where it is significantly better or worse, and — averaged over the regimes — the leakage score of what it
     shares and of its model's inversion, its largest stated ε, the MB it shares beyond model updates, its wall time
-    relative to the baseline's, the MB a client exchanges per round, its stages' seconds and its peak memory."""
+    relative to the baseline's, the local steps of a run, the MB a client exchanges per round, its stages' seconds
+    and its peak memory."""
     lb = leaderboard[leaderboard["metric"] == metric]
     overall = lb[lb["regime"] == ALL].sort_values("rank")
     per_regime = lb[lb["regime"] != ALL]
@@ -68,6 +69,7 @@ def answer_table(leaderboard: pd.DataFrame, costs: pd.DataFrame, privacy: pd.Dat
                 "inversion leakage": pc["inversion_leakage"].mean(),
                 "ε": _epsilon(pc.iloc[0]) if len(pc) else "—",
                 "time vs FedAvg": cc["relative_to_fedavg"].mean(),
+                "local steps": cc["local_steps"].mean() if "local_steps" in cc else math.nan,
                 "MB per client-round": cc["mb_per_client_round"].mean(),
                 "stage s": cc["stage_seconds"].mean(),
                 "peak MB": cc["peak_rss_mb"].max(),
@@ -75,4 +77,6 @@ def answer_table(leaderboard: pd.DataFrame, costs: pd.DataFrame, privacy: pd.Dat
         )
     out = pd.DataFrame(rows)
     out["shares"] = out["shares"].replace("", "model updates only")
+    if out["local steps"].isna().all():  # not recorded by older runs
+        out = out.drop(columns="local steps")
     return out.round(3)
