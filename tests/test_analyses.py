@@ -130,6 +130,7 @@ def test_a_contrast_is_its_own_family_of_one_against_its_own_method():
     table = {"baseline": "base", "methods": ["base", "A", "B"], "metrics": ["global_acc"], "contrasts": {"A": "B"}}
     every, glances = board_analyses(runs, table, "last")
     assert [title for title, _ in glances] == ["global_acc", "global_acc: A against B"]
+    assert glances[1][1].iloc[0]["Friedman–Nemenyi (CD 0.80 over 6 blocks)"] == "n/a"  # two methods: no Friedman
     c = every[(every["against"] == "B") & (every["analysis"] == "primary")]
     assert list(c["method"]) == ["A"] and c["diff"].iloc[0] == pytest.approx(4.18333, rel=1e-5)
     t = 4.18333 / 1.95

@@ -27,12 +27,12 @@ def cpu():
     return Grid.from_files([REPO / "config/headtohead.yaml", REPO / "config/headtohead_cpu.yaml"], REPO)
 
 
-def _board(grid):
+def _board(grid, name="headtohead_leaderboard"):
     """The leaderboard (long form) of ``grid``'s head-to-head cells, as the table rule builds it."""
     from fed.reporting import leaderboard as lb
     from fed.reporting.tables import collect_runs
 
-    table = grid.config["tables"]["headtohead_leaderboard"]
+    table = grid.config["tables"][name]
     runs = collect_runs([dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(table)])
     return lb.leaderboard(runs, table["datasets"], table["partitions"], table["methods"], table["metrics"],
                           grid.preset(table["preset"])["report"], table["baseline"])  # fmt: skip
@@ -338,3 +338,49 @@ def test_the_3h_overlay_on_another_cpu_moves_cells_not_its_pooled_verdicts():
     assert clear.sum() == 7 and (pooled_a["diff"][clear] > 0).equals(pooled_b["diff"][clear] > 0)
     assert (pooled_a["diff"] - pooled_b["diff"]).abs().max() < 0.7
     assert cpu_comparison(a, b) in (REPO / "docs/results/headtohead.md").read_text()
+
+
+PROTOCOL_BOARDS = ["headtohead_protocol_shared", "headtohead_protocol_authors"]
+
+
+@pytest.fixture(scope="module")
+def protocol():
+    names = ("headtohead", "headtohead_cpu", "headtohead_protocol", "headtohead_protocol_authors")
+    return Grid.from_files([REPO / f"config/{n}.yaml" for n in names], REPO)
+
+
+def protocol_leakage(grid, partition="h2h_dir0.5"):
+    """The leakage glance of both protocol boards' methods at one regime, from their committed audits."""
+    from fed.reporting.audit import audit_privacy, leakage_glance
+
+    cells = grid.cost_cells("headtohead", "h2h_protocol", audited=True)
+    privacy = audit_privacy([dict(c, path=grid.cell_path(**c, file="audit.json"), metrics=grid.cell_path(**c))
+                             for c in cells])  # fmt: skip
+    boards = [grid.config["tables"][b]["methods"] for b in PROTOCOL_BOARDS]
+    methods = boards[0] + [m for m in boards[1] if m not in boards[0]]
+    return leakage_glance(privacy, partition, methods)
+
+
+def test_both_protocol_boards_are_committed_with_their_audits(protocol):
+    """reference/headtohead_protocol holds all 510 cells of the two boards (13 methods each, nine shared: 17 a
+    (regime, seed), 6 regimes, 5 seeds), each with its audit: both boards rebuild from a fresh clone."""
+    cells = protocol.cost_cells("headtohead", "h2h_protocol", audited=True)
+    assert len(cells) == 17 * 6 * 5
+    for c in cells:
+        for file in ("metrics.json", "audit.json"):
+            assert protocol.cell_path(**c, file=file).startswith(str(REPO / "reference/headtohead_protocol/")), c
+
+
+def test_the_results_page_shows_both_protocol_boards_the_committed_cells_give(protocol):
+    """docs/results/headtohead.md shows, for each board, its leaderboard's first table, its analyses (global accuracy,
+    and FedData against the step-matched FedAvg) and the leakage at Dir(0.5), each as the workflow's functions build
+    them from the committed cells: a hand-edited number, or a board recommitted without the page, fails."""
+    from fed.reporting import leaderboard as lb
+
+    page = (REPO / "docs/results/headtohead.md").read_text()
+    for board in PROTOCOL_BOARDS:
+        assert lb.matrix(_board(protocol, board)).to_markdown(index=False) in page, board
+        glances = analyses_glances(protocol, board)
+        assert glances["global_acc"] in page, board
+        assert glances["global_acc: p_feddata against p_fedavg_matched"] in page, board
+    assert protocol_leakage(protocol).to_markdown(index=False, disable_numparse=True) in page

@@ -229,7 +229,9 @@ def glance(analysed: pd.DataFrame, methods: list[str] = ()) -> pd.DataFrame:
                 + (f"**{p['p_holm']:.2g}**" if p["significant"] else f"{p['p_holm']:.2g}"),
                 "pooled t": _verdict(by["pooled_t"].loc[m]),
                 "Wilcoxon": _verdict(by["wilcoxon"].loc[m]),
-                f"Friedman–Nemenyi ({cd})": "n/a" if f is None else f"{_word(f)} ({f['diff']:+.1f})",
+                f"Friedman–Nemenyi ({cd})": "n/a"  # no complete block, or two methods (Friedman needs three)
+                if f is None or pd.isna(f["p"])
+                else f"{_word(f)} ({f['diff']:+.1f})",
                 "all four": {1: "better", -1: "worse"}.get(
                     int(np.sign(p["diff"])) if kept.loc[m, "survives"] else 0, "—"
                 ),
