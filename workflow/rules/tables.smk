@@ -78,8 +78,12 @@ rule answer:
     (fed.reporting.answer: read from the leaderboard, cost and privacy tables)."""
     input:
         leaderboard=lambda w: f"{REPORTS}/tables/{answer_table(w)['output']}.csv",
-        costs=lambda w: "{0}/tables/{paper}/costs_{preset}.csv".format(REPORTS, **answer_table(w)),
-        privacy=lambda w: "{0}/tables/{paper}/privacy_{preset}.csv".format(REPORTS, **answer_table(w)),
+        costs=lambda w: "{0}/tables/{paper}/costs_{preset}.csv".format(
+            REPORTS, **answer_table(w)
+        ),
+        privacy=lambda w: "{0}/tables/{paper}/privacy_{preset}.csv".format(
+            REPORTS, **answer_table(w)
+        ),
     output:
         csv=f"{REPORTS}/tables/{{answer}}.csv",
         md=f"{REPORTS}/tables/{{answer}}.md",
