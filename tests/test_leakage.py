@@ -350,3 +350,4 @@ def test_the_leakage_glance_prints_each_attack_with_its_interval_by_hand():
     assert g.loc["fedavg", "artifact attacked"] == "model updates only" and g.loc["fedavg", "leakage [95 % CI]"] == "—"
     assert g.loc["fedavg", "inversion leakage"] == "0.16"
     assert (g.loc["dpms"].drop("artifact attacked") == "—").all()  # no row: trained no round, nothing audited
+    assert g.loc["dpms", "artifact attacked"] == "nothing audited"

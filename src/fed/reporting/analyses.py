@@ -201,10 +201,10 @@ CAPTION = (
 
 def glance(analysed: pd.DataFrame, methods: list[str] = ()) -> pd.DataFrame:
     """One row per method (by the primary estimate, best first; then those of ``methods`` with no paired value,
-    every run diverged, in a row that says so): the primary estimate δ
-    with its 95 % interval and Holm's p, each secondary analysis' verdict (better / worse / —, Holm's p; Friedman:
-    the gain in mean rank over the baseline, and Nemenyi's CD in the header), whether the conclusion holds under all
-    four (``survivors``), and the regimes where the per-regime t is significant after Holm (+ better, − worse)."""
+    every run diverged, in a row that says so): the primary estimate δ with its 95 % interval and Holm's p, each
+    secondary analysis' verdict (better / worse / —, Holm's p; Friedman: the gain in mean rank over the baseline,
+    Nemenyi's CD in the header, n/a for two methods), whether the conclusion holds under all four (``survivors``),
+    and the regimes where the per-regime t is significant after Holm (+ better, − worse)."""
     by = {name: a.set_index("method") for name, a in analysed.groupby("analysis")}
     primary = by["primary"]
     order = list(primary.sort_values("diff", ascending=False).index)

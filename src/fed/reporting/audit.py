@@ -128,7 +128,8 @@ LEAKAGE_GLANCE = {  # column of the glance -> the privacy table's score
 def leakage_glance(privacy: pd.DataFrame, partition: str, methods: list[str]) -> pd.DataFrame:
     """One regime's leakage, one row per method of ``methods`` (``audit_privacy``'s rows of ``partition``): what is
     attacked, and each attack's score, mean over seeds, with the mean over seeds of its cells' 95 % bootstrap
-    interval in brackets; — where the method has no such artifact or its run trained no round."""
+    interval in brackets; — where the method has no such artifact, and "nothing audited" where no attack has a score
+    (its runs trained no round: nothing left the clients)."""
 
     def score(row: pd.Series, name: str) -> str:
         value, lo, hi = (row.get(k, math.nan) for k in (name, f"{name}_lo", f"{name}_hi"))
@@ -140,12 +141,8 @@ def leakage_glance(privacy: pd.DataFrame, partition: str, methods: list[str]) ->
     out = []
     for m in methods:
         row = rows.loc[m] if m in rows.index else pd.Series(dtype=object)
-        records = row.get("records")
-        out.append(
-            {
-                "method": m,
-                "artifact attacked": records if isinstance(records, str) and records else "model updates only",
-                **{column: score(row, name) for column, name in LEAKAGE_GLANCE.items()},
-            }
-        )
+        records, scores = row.get("records"), {column: score(row, name) for column, name in LEAKAGE_GLANCE.items()}
+        if not (isinstance(records, str) and records):
+            records = "model updates only" if set(scores.values()) != {"—"} else "nothing audited"
+        out.append({"method": m, "artifact attacked": records, **scores})
     return pd.DataFrame(out)
