@@ -66,19 +66,31 @@ def test_lower_is_better_metrics_count_a_decrease_as_better():
     assert analyse(values(higher=False), "base", False).equals(analyse(values(), "base"))
 
 
-def test_fed_analyse_reads_a_committed_leaderboard():
-    """The old board (reference/headtohead_cpu, 6 regimes × 3 seeds) through every analysis, from committed cells."""
+def test_fed_analyse_prints_what_the_rule_writes_contrasts_included(tmp_path):
+    """``fed analyse`` on the protocol's shared board, from committed cells: per metric asked for, the ``analyses``
+    rule's glance (``board_analyses``), then the contrast (p_feddata against p_fedavg_matched); ``-o`` is the rule's
+    CSV; a metric the table does not have is a clear error."""
     import subprocess
     import sys
 
     from conftest import REPO
 
-    configs = [str(REPO / "config/headtohead.yaml"), str(REPO / "config/headtohead_cpu.yaml")]
-    proc = subprocess.run([sys.executable, "-m", "fed", "analyse", *configs, "--table", "headtohead_leaderboard"],
+    from fed.grid import Grid
+
+    configs = [str(REPO / f"config/{n}.yaml") for n in ("headtohead", "headtohead_cpu", "headtohead_protocol")]
+    run = [sys.executable, "-m", "fed", "analyse", *configs, "--table", "headtohead_protocol_shared"]
+    proc = subprocess.run([*run, "--metric", "global_acc", "-o", str(tmp_path / "a.csv")],
                           capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    survivors_table = proc.stdout.split("\n\n")[-1]
-    assert "survives" in survivors_table and len(survivors_table.strip().splitlines()) == 12  # header + 11 methods
+    blocks = proc.stdout.strip().split("\n\n")
+    assert [b.splitlines()[0] for b in blocks] == ["global_acc", "global_acc: p_feddata against p_fedavg_matched"]
+    assert len(blocks[0].splitlines()) == 2 + 12 and "p_fedavg " not in blocks[0]  # title, header, 12 methods
+    spec = Grid.from_files(configs, REPO).config["tables"]["headtohead_protocol_shared"]
+    assert "p_feddata +11.11 " in " ".join(blocks[1].split()) + " "  # the contrast's δ, committed cells
+    every = pd.read_csv(tmp_path / "a.csv")
+    assert set(every["metric"]) == {"global_acc"} and set(every["against"]) == {spec["baseline"], "p_fedavg_matched"}
+    wrong = subprocess.run([*run, "--metric", "accuracy"], capture_output=True, text=True, cwd=REPO)
+    assert wrong.returncode != 0 and "has no metric ['accuracy']" in wrong.stderr and "Traceback" not in wrong.stderr
 
 
 def test_fed_analyse_names_the_cells_a_board_still_misses(tmp_path):

@@ -218,11 +218,8 @@ def test_the_results_page_shows_the_glance_table_the_committed_cells_give(cpu):
 def analyses_glances(grid, table: str) -> dict[str, str]:
     """A leaderboard's analyses glance tables (``rule analyses``' markdown, by title) from its cells."""
     from fed.reporting import analyses
-    from fed.reporting.tables import collect_runs
 
-    spec = grid.config["tables"][table]
-    runs = collect_runs([dict(c, path=grid.cell_path(**c)) for c in grid.table_cells(spec)])
-    _, glances = analyses.board_analyses(runs, spec, grid.preset(spec["preset"])["report"])
+    _, glances = analyses.board_analyses(*analyses.table_runs(grid, table))
     return {title: frame.to_markdown(index=False, disable_numparse=True) for title, frame in glances}
 
 

@@ -56,8 +56,8 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("configs", nargs="+", help="overlays, as for snakemake --configfile")
     p.add_argument("--table", required=True, help="a leaderboard table of the config")
-    p.add_argument("--metric", default="global_acc")
-    p.add_argument("-o", "--out", help="also write the analyses as CSV")
+    p.add_argument("--metric", action="append", help="only this metric (repeatable; default: the table's metrics)")
+    p.add_argument("-o", "--out", help="also write every analysis, p and statistic as CSV (the rule's CSV)")
     p = sub.add_parser(
         "campaign",
         help="run the cells the configs still miss, most valuable first, for N minutes (fed.campaign)",
@@ -94,15 +94,16 @@ def main(argv: list[str] | None = None) -> None:
             grid = Grid.from_files(args.configs, _repo())
             if args.table not in grid.config["tables"]:
                 raise ValueError(f"no table {args.table!r} in the config")
-            table = analyses.analyse(*analyses.table_values(grid, args.table, args.metric))
+            runs, spec, protocol = analyses.table_runs(grid, args.table)
+            if unknown := set(args.metric or ()) - set(spec["metrics"]):
+                raise ValueError(f"table {args.table!r} has no metric {sorted(unknown)}; it has {spec['metrics']}")
+            every, glances = analyses.board_analyses(runs, dict(spec, metrics=args.metric or spec["metrics"]), protocol)
         except ValueError as err:
             raise SystemExit(f"fed analyse: {err}") from None
         if args.out:
-            table.to_csv(args.out, index=False)
+            every.to_csv(args.out, index=False)
         with pd_options():
-            print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-            print()
-            print(analyses.survivors(table).to_string(index=False))
+            print("\n\n".join(f"{title}\n{frame.to_string(index=False)}" for title, frame in glances))
     elif args.cmd == "campaign":
         from fed import campaign
 

@@ -139,10 +139,9 @@ def board_values(runs: pd.DataFrame, metric: str, protocol: str) -> pd.DataFrame
     return x[["method", "regime", "seed", "value"]]
 
 
-def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool]:
-    """A configured leaderboard's values of ``metric`` (committed cells where current, else results_dir's), its
-    baseline and whether higher is better: the input of ``analyse``."""
-    from fed.reporting.leaderboard import DEFAULT_BASELINE, higher_is_better
+def table_runs(grid, table: str) -> tuple[pd.DataFrame, dict, str]:
+    """A configured leaderboard's runs (``collect_runs``: committed cells where current, else results_dir's), its
+    spec and the preset's reporting protocol: the input of ``board_analyses``, as the ``analyses`` rule gives it."""
     from fed.reporting.tables import collect_runs
 
     spec = grid.config["tables"][table]
@@ -152,8 +151,7 @@ def table_values(grid, table: str, metric: str) -> tuple[pd.DataFrame, str, bool
             f"table {table!r}: {len(missing)} of its {len(cells)} cells are neither committed (current) nor under "
             f"results/, e.g. {missing[0]}: run them first (fed campaign / snakemake), or narrow the table's config"
         )
-    values = board_values(collect_runs(cells), metric, grid.preset(spec["preset"])["report"])
-    return values, spec.get("baseline", DEFAULT_BASELINE), higher_is_better(metric)
+    return collect_runs(cells), spec, grid.preset(spec["preset"])["report"]
 
 
 def board_analyses(runs: pd.DataFrame, table: dict, protocol: str) -> tuple[pd.DataFrame, list]:
