@@ -352,6 +352,35 @@ def test_a_stage_of_fl_rounds_out_of_time_checkpoints_and_the_next_call_finishes
     assert all(torch.equal(ours["global_state"][k], v) for k, v in theirs["global_state"].items())
 
 
+def test_a_stage_killed_while_writing_its_file_leaves_none_to_read_as_done(tmp_path, monkeypatch):
+    """A campaign takes an output that exists for done, so a stage writes its file beside it and renames it: one
+    stopped halfway through writing leaves no stage file (the next call runs it again); one that ends, a whole one."""
+    import fed.runner
+
+    monkeypatch.chdir(tmp_path)
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])
+    stage = next(j for j in plan["jobs"] if j["kind"] == "stage")
+
+    def writes(content: bytes, then: type[BaseException] | None = None):
+        def run_stage(*args, **kwargs):
+            out = Path(args[6])  # run_stage's out
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(content)
+            if then:
+                raise then
+
+        return run_stage
+
+    monkeypatch.setattr(fed.runner, "run_stage", writes(b"half a stage", KeyboardInterrupt))  # the kill, mid-write
+    with pytest.raises(KeyboardInterrupt):
+        campaign.run_job(stage, time.time() + 600, 1)
+    assert not Path(stage["out"]).exists()
+    monkeypatch.setattr(fed.runner, "run_stage", writes(b"a whole stage"))
+    assert campaign.run_job(stage, time.time() + 600, 1) == "done"
+    assert Path(stage["out"]).read_bytes() == b"a whole stage"
+    assert [p.name for p in Path(stage["out"]).parent.iterdir() if p.name.endswith(".part")] == []
+
+
 def test_a_tuning_s_progress_is_its_points_rounds(tmp_path, monkeypatch):
     """A tuning stage's time left: the rounds its grid points have left (a point's work dir holds its checkpoint) at
     the pace of the rounds run."""

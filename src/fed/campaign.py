@@ -435,6 +435,9 @@ def _run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
         from fed.runner import run_stage
         from fed.stages import Stage
 
+        # A campaign takes an output that exists for done, so a stage writes its file beside it and renames it: a kill
+        # mid-write leaves no torn stage for the next call to read (Snakemake marks such an output incomplete itself).
+        part = Path(job["out"]).with_name(Path(job["out"]).name + ".part")
         try:
             with _log(job) as progress:
                 run_stage(
@@ -444,7 +447,7 @@ def _run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
                     a["data_root"],
                     a["partition_file"],
                     a["seed"],
-                    a["out"],
+                    part,
                     a["work_dir"],
                     lower=a["lower"],
                     after=a.get("after"),
@@ -455,6 +458,7 @@ def _run_job(job: dict[str, Any], stop_at: float, threads: int) -> str:
                 )
         except OutOfTime:  # its FL run checkpointed, or a DP-CGAN's clients' state kept
             return "checkpointed"
+        part.replace(job["out"])
     else:
         from fed.runner import run_cell
         from fed.tracking import git_commit
