@@ -52,10 +52,16 @@ def commands_in_markdown(text: str) -> list[str]:
 
 
 def commands_in_config(text: str) -> list[str]:
-    """Commands a config file's comments show: after ``#`` at the start of a comment, or in backticks."""
-    found = []
+    """Commands a config file's comments show: after ``#`` at the start of a comment (a line ending in ``\\`` goes
+    on in the next comment), or in backticks."""
+    found, comments = [], []
     for line in text.splitlines():
         comment = line.partition("#")[2].strip()
+        if comments and comments[-1].endswith("\\"):
+            comments[-1] = f"{comments[-1][:-1].rstrip()} {comment}"
+        else:
+            comments.append(comment)
+    for comment in comments:
         if m := re.match(rf"((?:{'|'.join(PROGRAMS)}) .*?)(?:\s{{2,}}#.*)?$", comment):
             found.append(m[1].rstrip("`;. "))
         found += re.findall(rf"`((?:{'|'.join(PROGRAMS)}) [^`]*)`", comment)
@@ -189,6 +195,9 @@ def test_the_extraction_finds_the_commands():
     assert commands_in_markdown("```bash\nsnakemake -n \\\n  --cores 1   # dry\n```") == ["snakemake -n --cores 1"]
     assert commands_in_config("#   snakemake --cores 2 --configfile config/x.yaml  # 5 min") == [
         "snakemake --cores 2 --configfile config/x.yaml"
+    ]
+    assert commands_in_config("#   python -m fed campaign x.yaml \\\n#     --write-plan p.json\nkey: 1  # a value") == [
+        "python -m fed campaign x.yaml --write-plan p.json"
     ]
     assert braces("t{1,2}.html") == ["t1.html", "t2.html"]
     assert words("setsid nice -n 19 python -m fed campaign &") == ["python", "-m", "fed", "campaign", "&"]
