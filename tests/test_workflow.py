@@ -182,7 +182,7 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     "overlays, finished",
     [
         (("config/dafl_fmnist_fedmix_taylor.yaml",), {"dafl_fedmix_taylor"}),
-        (("config/dafl_fmnist_gan_loss.yaml",), set()),
+        (("config/dafl_fmnist_gan_loss.yaml",), {"dafl_gan_loss"}),
         (("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_dir.yaml"), set()),
     ],
     ids=["fedmix_taylor", "gan_loss", "gan_loss_dir"],
