@@ -427,6 +427,61 @@ def test_a_paused_round_does_not_set_a_cell_s_pace(tmp_path, monkeypatch):
     assert rows["later"]["left"] == pytest.approx((11.5 * 4 + 20.0 * 3) / 7 * 10) and rows["later"]["estimated"]
 
 
+def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(
+    synthetic_root, tmp_path, monkeypatch
+):
+    """A paper-scale round can take minutes and checkpoints come every few rounds: while a campaign runs a cell,
+    status reads the rounds the engine writes after every round (``rounds.json``) and says where its checkpoint is;
+    killed, the cell resumes from that checkpoint, so that is all status counts; resumed, the rounds it will run
+    again are not shown as done."""
+    from fed.algorithms import build_algorithm
+    from fed.config import FLConfig
+    from fed.data.datasets import load_dataset, load_labels
+    from fed.data.partition import make_partition
+    from fed.engine import ROUNDS_FILE, Engine
+
+    part = make_partition(load_labels("synthetic", synthetic_root), "unimodal", 10, seed=0)
+    settings = dict(num_clients=10, fraction=0.3, local_epochs=1, batch_size=20, eval_every=1, checkpoint_every=3)
+    cfg = FLConfig(rounds=5, **settings)
+    monkeypatch.chdir(tmp_path)
+    job = {"kind": "cell", "out": "runs/c/metrics.json", "rank": [0, 0, 1], "needs": [], "label": "c",
+           "args": {"work_dir": "work/c", "preset": dataclasses.asdict(cfg), "dataset": "synthetic"}}  # fmt: skip
+    plan = {"version": campaign.PLAN_VERSION, "jobs": [job]}
+    seen = {}
+
+    def on_round(row):  # the status a reader gets after each round; the run is killed in round 4, after its file
+        seen[row["round"]] = campaign.status(plan)[0]
+        if row["round"] == 4:
+            raise KeyboardInterrupt
+
+    def engine(**hooks):
+        data = (load_dataset("synthetic", synthetic_root, s) for s in ("train", "test"))
+        return Engine(cfg, build_algorithm("fedavg"), *data, part, 0, work_dir="work/c", progress=None, **hooks)
+
+    monkeypatch.setattr(campaign, "_holder", lambda out: os.getpid())  # a campaign (this process) holds the cell
+    with pytest.raises(KeyboardInterrupt):
+        engine(on_round=on_round).run()
+    rounds = json.loads(Path("work/c", ROUNDS_FILE).read_text())
+    acc, seconds = rounds["history"][-1]["global_acc"], sorted(r["seconds"] for r in rounds["history"])
+    assert seen[2]["progress"].endswith("% there (no checkpoint yet)") and seen[3]["progress"].startswith("round 3/5")
+    assert (seen[4]["state"], seen[4]["progress"]) == (
+        f"running (pid {os.getpid()})",
+        f"round 4/5, {acc:.2f} % there (checkpoint: round 3)",
+    )
+    assert (seen[4]["spent"], seen[4]["left"]) == (rounds["wall_seconds"], (seconds[1] + seconds[2]) / 2)  # 1 left
+    monkeypatch.setattr(campaign, "_holder", lambda out: None)  # the campaign is gone
+    [stopped] = campaign.status(plan)
+    assert (stopped["state"], stopped["progress"].split(",")[0]) == ("stopped", "round 3/5")
+    monkeypatch.setattr(campaign, "_holder", lambda out: os.getpid())
+
+    def on_start(fingerprint, resumed):  # resumed from round 3: round 4 is to run again
+        seen["start"] = campaign.status(plan)[0]
+
+    engine(on_start=on_start).run()
+    assert seen["start"]["progress"].split(",")[0] == "round 3/5" and "checkpoint" not in seen["start"]["progress"]
+    assert json.loads(Path("work/c", ROUNDS_FILE).read_text())["round"] == 5
+
+
 def test_status_says_where_a_cell_diverged(tmp_path, monkeypatch):
     """A diverged cell is done (its record says so, as the workflow's): its row says the round, not an accuracy."""
     monkeypatch.chdir(tmp_path)

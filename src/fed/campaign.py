@@ -505,10 +505,11 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     rows, found = [], []
     for job in plan_["jobs"]:
         done = Path(job["out"]).exists()
-        found.append(p := _progress(job, done))
+        pid = None if done else _holder(job["out"])
+        found.append(p := _progress(job, done, running=pid is not None))
         if done:
             state = "done"
-        elif (pid := _holder(job["out"])) is not None:
+        elif pid is not None:
             state = f"{'paused' if _paused(pid) else 'running'} (pid {pid})"
         elif p.spent is not None:
             state = "stopped"
@@ -568,10 +569,11 @@ def _median_round(history: list[dict[str, Any]]) -> float | None:
     return statistics.median(seconds) if seconds else None
 
 
-def _progress(job: dict[str, Any], done: bool) -> _Progress:
+def _progress(job: dict[str, Any], done: bool, running: bool = False) -> _Progress:
     """A cell's progress from its record or checkpoint, a stage's from its FL runs' checkpoints, a DP-CGAN stage's
     from its record or its clients' files; a job with nothing kept has only its work to do, where it is known (a
-    cell's or a stage's rounds, a DP-CGAN stage's steps)."""
+    cell's or a stage's rounds, a DP-CGAN stage's steps). ``running``: its FL runs' rounds past their checkpoints
+    count too (``rounds.json``); a stopped job resumes from its checkpoints, so only they count."""
     a, work = job["args"], Path(job["args"].get("work_dir") or "/nonexistent")
     if job["kind"] == "cell":
         if done:
@@ -589,11 +591,11 @@ def _progress(job: dict[str, Any], done: bool) -> _Progress:
         from fed.config import FLConfig
 
         total = FLConfig.from_preset(a["preset"], a["dataset"]).rounds if "preset" in a else None
-        return _runs_progress([(work, total)])
+        return _runs_progress([(work, total)], running)
     if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan":
         return _gan_progress(job, done, work)
     if job["kind"] == "stage" and not done and (runs := _stage_runs(a, work)) is not None:
-        return _runs_progress(runs)
+        return _runs_progress(runs, running)
     return _Progress()
 
 
@@ -607,13 +609,24 @@ def _stage_runs(a: dict[str, Any], work: Path) -> list[tuple[Path, int]] | None:
     return stage_runs(a["stage"]["kind"], a["stage"]["params"], rounds, method, work)
 
 
-def _runs_progress(runs: list[tuple[Path, int | None]]) -> _Progress:
-    """Progress of FL runs from their checkpoints (``work/checkpoint.pt``): one run's round (and accuracy there), or
-    the rounds done of all of them; the pace is their rounds' median."""
+def _runs_progress(runs: list[tuple[Path, int | None]], running: bool = False) -> _Progress:
+    """Progress of FL runs from their checkpoints (``work/checkpoint.pt``), and while ``running`` from the rounds
+    each has run past its checkpoint (``work/rounds.json``, ``fed.engine``): one run's round (its accuracy there,
+    and its checkpoint's round where that is behind), or the rounds done of all of them; the pace is their rounds'
+    median."""
     import torch
 
-    found = [(torch.load(path, weights_only=False, map_location="cpu"), total)
-             for work, total in runs if (path := work / "checkpoint.pt").exists()]  # fmt: skip
+    from fed.engine import ROUNDS_FILE
+
+    found = []
+    for work, total in runs:
+        kept = work / "checkpoint.pt"
+        ckpt = torch.load(kept, weights_only=False, map_location="cpu") if kept.exists() else None
+        live = json.loads((work / ROUNDS_FILE).read_text()) if running and (work / ROUNDS_FILE).exists() else None
+        if live is not None and live["round"] > (ckpt["round"] if ckpt else 0):
+            found.append((live | {"kept": ckpt["round"] if ckpt else 0}, total))
+        elif ckpt is not None:
+            found.append((ckpt, total))
     totals = [t for _, t in runs]
     todo = None if None in totals else sum(totals)
     if not found:
@@ -623,6 +636,8 @@ def _runs_progress(runs: list[tuple[Path, int | None]]) -> _Progress:
         [(ckpt, total)] = found
         acc = ckpt["history"][-1].get("global_acc") if ckpt["history"] else None
         words = f"round {rounds}/{total}" + (f", {acc:.2f} % there" if acc is not None else "")
+        if "kept" in ckpt:
+            words += f" (checkpoint: round {ckpt['kept']})" if ckpt["kept"] else " (no checkpoint yet)"
     else:
         words = f"{rounds}/{todo} rounds of {len(runs)} runs"
     spent = sum(c["wall_seconds"] for c, _ in found)

@@ -7,7 +7,9 @@ bit-identical on the same machine whether it ran through or was resumed from a c
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import shutil
 import sys
 import time
@@ -28,6 +30,8 @@ from fed.data.datasets import TensorDataset
 from fed.device import reproducible_cuda, resolve_device
 from fed.evaluation import evaluate
 from fed.rounds import run_round
+
+ROUNDS_FILE = "rounds.json"
 
 # Settings that do not change the training trajectory (what is evaluated or saved, and for how long).
 TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "note", "device")
@@ -148,6 +152,21 @@ class Engine:
         self.ctx.clients.commit(keep_from=self._previous_round)
         self._previous_round = self.ctx.round
 
+    @property
+    def rounds_path(self) -> Path | None:
+        """``rounds.json``: the rounds so far, rewritten after every round (a checkpoint comes every
+        ``checkpoint_every``), for ``fed campaign --status`` to read a running cell between checkpoints."""
+        return self.work_dir / ROUNDS_FILE if self.work_dir else None
+
+    def write_rounds(self, wall: float) -> None:
+        if not self.rounds_path:
+            return
+        rows = [{k: r[k] for k in ("round", "seconds", "global_acc") if k in r} for r in self.history]
+        self.rounds_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.rounds_path.with_name(ROUNDS_FILE + ".tmp")  # renamed over it: a reader never sees half of it
+        tmp.write_text(json.dumps({"round": self.ctx.round, "wall_seconds": wall, "history": rows}))
+        os.replace(tmp, self.rounds_path)
+
     def try_resume(self) -> bool:
         self._previous_round = 0
         if not self.checkpoint_path:
@@ -228,6 +247,8 @@ class Engine:
                 self._log(f"{name}: a round's clients train together (fed.batched)")
             else:
                 self._log(f"{name} is not on the batched path: its clients train one by one")
+        if self.rounds_path:  # a killed segment's rounds past its checkpoint are run again: not shown as done
+            self.rounds_path.unlink(missing_ok=True)
         if self.on_start:  # e.g. MLflow: continue the run of this identity, or start it afresh
             self.on_start(self.fingerprint(), resumed)
         last = self.last_round
@@ -249,6 +270,7 @@ class Engine:
                 row.update(evaluate(ctx))
             row["seconds"] += time.perf_counter() - t0
             self.history.append(row)
+            self.write_rounds(self.wall_before + time.perf_counter() - started)
             bar.update(1)
             if "global_acc" in row:
                 bar.set_postfix(acc=f"{row['global_acc']:.2f}", loss=f"{row['train_loss']:.3f}")
