@@ -32,7 +32,7 @@ def test_smoke_workflow_through_slurm(slurm, tmp_path):
     overlay = write_yaml(
         tmp_path / "overlay.yaml",
         {
-            "gpu_per_job": 1,  # every training job asks SLURM for a GPU (the node's fake gres)
+            "gpu_per_job": 1,  # every training job asks SLURM for a GPU (the node's two fake GPUs: both at once)
             "tracking_mode": "live",  # each job follows its cell in MLflow, SQLite from SLURM jobs (smoke: batch)
             "tables": {
                 t: {"partitions": ["unimodal"], "methods": ["fedavg", "fedzdas"], "seeds": [0]}

@@ -4,7 +4,8 @@
 #   tests/slurm/cluster.sh stop    -> stops the daemons this script started and puts /etc/slurm back as it was
 # A slurm.conf left behind with no controller running costs every later `snakemake` call ~9 s: the SLURM executor
 # plugin runs `scontrol show config` when it is imported, and that waits for its timeout.
-# The node advertises one fake GPU (gres on /dev/null) so that jobs requesting --gpus=1 schedule.
+# The node advertises fake GPUs (gres on /dev/null, and /dev/zero where it has two CPUs) so that jobs requesting
+# --gpus=1 schedule, as many at once as it has CPUs, up to two.
 set -euo pipefail
 run=/run/fedrepro-slurm
 host=$(hostname)
@@ -21,6 +22,7 @@ start)
   done
   mem=$(awk '/MemTotal/ {print int($2/1024) - 1024}' /proc/meminfo)
   [ "$mem" -gt 16000 ] && mem=16000
+  gpus=1; if [ "$(nproc)" -gt 1 ]; then gpus=2; fi
   cat > /etc/slurm/slurm.conf <<CONF
 ClusterName=fedrepro
 SlurmctldHost=${host}(127.0.0.1)
@@ -42,10 +44,11 @@ SlurmctldLogFile=/var/log/slurm/slurmctld.log
 SlurmdLogFile=/var/log/slurm/slurmd.log
 ReturnToService=2
 GresTypes=gpu
-NodeName=${host} NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=${mem} Gres=gpu:1 State=UNKNOWN
+NodeName=${host} NodeAddr=127.0.0.1 CPUs=$(nproc) RealMemory=${mem} Gres=gpu:${gpus} State=UNKNOWN
 PartitionName=debug Nodes=${host} Default=YES MaxTime=INFINITE State=UP
 CONF
   echo "NodeName=${host} Name=gpu File=/dev/null" > /etc/slurm/gres.conf
+  if [ "$gpus" = 2 ]; then echo "NodeName=${host} Name=gpu File=/dev/zero" >> /etc/slurm/gres.conf; fi
   munged --force --pid-file="$run/munged.pid"
   slurmctld
   slurmd
