@@ -313,3 +313,32 @@ def test_the_readme_heat_map_is_drawn_from_committed_cells(tmp_path):
     assert not (tmp_path / "results").exists()  # nothing trained
     if os.environ.get("FEDREPRO_PICTURES"):
         shutil.copyfile(tmp_path / target, REPO / "docs/img/headtohead_gain.png")
+
+
+def test_accuracy_curves_keep_a_method_s_colour_in_every_panel_and_count_its_diverged_seeds(monkeypatch, tmp_path):
+    """A method whose seeds all diverged in one panel (DA-FL's 2-Label FedMix λ = 0.2) has no curve there, yet the
+    methods after it keep their colours; a diverged seed is left out of its method's mean and counted in its legend."""
+    from fed.reporting import figures
+
+    diverged = {("b", "m2", 0), ("b", "m2", 1), ("a", "m3", 1)}
+    rows = [
+        {"dataset": "d", "partition": p, "method": m, "seed": s, "round": r, "global_acc": 10.0 * r + s}
+        | {"diverged": (p, m, s) in diverged}
+        for p in ("a", "b")
+        for m in ("m1", "m2", "m3")
+        for s in (0, 1)
+        for r in (1, 2)
+    ]
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.setdefault("fig", fig))
+    figures.plot_accuracy_curves(pd.DataFrame(rows), tmp_path / "f.png", "t")
+    panels = {
+        ax.get_title(): {line.get_label(): (line.get_color(), list(line.get_ydata())) for line in ax.lines}
+        for ax in drawn["fig"].axes
+    }
+    assert panels["d, a"] == {
+        "m1": ("C0", [10.5, 20.5]),
+        "m2": ("C1", [10.5, 20.5]),
+        "m3 (1 diverged)": ("C2", [10, 20]),
+    }
+    assert panels["d, b"] == {"m1": ("C0", [10.5, 20.5]), "m2 (2 diverged)": ("C1", []), "m3": ("C2", [10.5, 20.5])}

@@ -131,20 +131,24 @@ METRIC_LABELS = {
 
 def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_acc") -> None:
     """DA-FL Fig. 4 / 6, FLea Fig. 6 / 9: ``metric`` per round, mean ± std over seeds, one panel per (dataset,
-    partition). ``df``: dataset, partition, method, seed, round, metric, diverged (diverged seeds are left out)."""
-    df = df[~df.diverged.astype(bool)]
+    partition). ``df``: dataset, partition, method, seed, round, metric, diverged (diverged seeds are left out of
+    the curve and counted in its legend entry). A method keeps its colour in every panel."""
+    colour = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(df.method))}
     panels = list(dict.fromkeys(zip(df.dataset, df.partition)))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (dataset, partition) in zip(axes[0], panels):
         g = df[(df.dataset == dataset) & (df.partition == partition)]
         for method, m in g.groupby("method", sort=False):
-            stats = m.groupby("round")[metric].agg(["mean", "std"]).reset_index()
-            ax.plot(stats["round"], stats["mean"], label=method, lw=1.2)
+            lost = m[m.diverged.astype(bool)].seed.nunique()
+            stats = m[~m.diverged.astype(bool)].groupby("round")[metric].agg(["mean", "std"]).reset_index()
+            label = method + (f" ({lost} diverged)" if lost else "")
+            ax.plot(stats["round"], stats["mean"], label=label, lw=1.2, color=colour[method])
             ax.fill_between(
                 stats["round"],
                 stats["mean"] - stats["std"].fillna(0),
                 stats["mean"] + stats["std"].fillna(0),
                 alpha=0.2,
+                color=colour[method],
             )
         ax.set(title=f"{dataset}, {partition}", xlabel="communication round", ylabel=METRIC_LABELS.get(metric, metric))
         ax.legend(fontsize=7)
