@@ -342,3 +342,22 @@ def test_accuracy_curves_keep_a_method_s_colour_in_every_panel_and_count_its_div
         "m3 (1 diverged)": ("C2", [10, 20]),
     }
     assert panels["d, b"] == {"m1": ("C0", [10.5, 20.5]), "m2 (2 diverged)": ("C1", []), "m3": ("C2", [10.5, 20.5])}
+
+
+def test_metric_vs_x_keeps_a_line_s_colour_in_every_dataset_panel(monkeypatch, tmp_path):
+    """A line absent from one dataset's panel does not pass its colour on to the next line there."""
+    from fed.reporting import figures
+
+    rows = [
+        {"dataset": d, "x": x, "line": line, "seed": 0, "global_acc": 50.0 + x, "diverged": False}
+        for d, lines in (("d1", ("l1", "l2", "l3")), ("d2", ("l1", "l3")))
+        for line in lines
+        for x in (1, 10)
+    ]
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.setdefault("fig", fig))
+    figures.plot_metric_vs_x(pd.DataFrame(rows), "global_acc", "x", tmp_path / "f.png", "t")
+    colours = {
+        ax.get_title(): {c.get_label(): c.lines[0].get_color() for c in ax.containers} for ax in drawn["fig"].axes
+    }
+    assert colours == {"d1": {"l1": "C0", "l2": "C1", "l3": "C2"}, "d2": {"l1": "C0", "l3": "C2"}}

@@ -129,19 +129,31 @@ METRIC_LABELS = {
 }
 
 
+def _colours(names) -> dict[str, str]:
+    """One colour per name, in order of first appearance: a line keeps it in every panel, drawn there or not."""
+    return {name: f"C{i % 10}" for i, name in enumerate(dict.fromkeys(names))}
+
+
+def _kept_mean_std(m, by: str, metric: str, name: str):
+    """``metric``'s mean and std per ``by`` over the runs of ``m`` that did not diverge, and ``name`` with the
+    diverged runs counted (a run: a seed, at one x where the rows have one)."""
+    diverged = m.diverged.astype(bool)
+    lost = len(m[diverged].drop_duplicates([k for k in ("x", "seed") if k in m]))
+    stats = m[~diverged].groupby(by)[metric].agg(["mean", "std"]).reset_index()
+    return stats, name + (f" ({lost} diverged)" if lost else "")
+
+
 def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_acc") -> None:
     """DA-FL Fig. 4 / 6, FLea Fig. 6 / 9: ``metric`` per round, mean ± std over seeds, one panel per (dataset,
     partition). ``df``: dataset, partition, method, seed, round, metric, diverged (diverged seeds are left out of
     the curve and counted in its legend entry). A method keeps its colour in every panel."""
-    colour = {m: f"C{i % 10}" for i, m in enumerate(dict.fromkeys(df.method))}
+    colour = _colours(df.method)
     panels = list(dict.fromkeys(zip(df.dataset, df.partition)))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (dataset, partition) in zip(axes[0], panels):
         g = df[(df.dataset == dataset) & (df.partition == partition)]
         for method, m in g.groupby("method", sort=False):
-            lost = m[m.diverged.astype(bool)].seed.nunique()
-            stats = m[~m.diverged.astype(bool)].groupby("round")[metric].agg(["mean", "std"]).reset_index()
-            label = method + (f" ({lost} diverged)" if lost else "")
+            stats, label = _kept_mean_std(m, "round", metric, method)
             ax.plot(stats["round"], stats["mean"], label=label, lw=1.2, color=colour[method])
             ax.fill_between(
                 stats["round"],
@@ -168,13 +180,13 @@ def plot_metric_vs_x(df, metric: str, x_label: str, out: str | Path, title: str,
     if beta_density is not None:
         _beta_densities(axes[0][0], beta_density)
     role = df.role if "role" in df else pd.Series("sweep", index=df.index)
+    colour = _colours(df.line[role != "reference"])
     for ax, dataset in zip(axes[0][panels - len(datasets) :], datasets):
         g = df[(df.dataset == dataset) & (role != "reference")]
         for line, m in g.groupby("line", sort=False):
-            lost = int(m.diverged.astype(bool).sum())
-            stats = m[~m.diverged.astype(bool)].groupby("x")[metric].agg(["mean", "std"]).reset_index()
-            label = line + (f" ({lost} diverged)" if lost else "")
-            ax.errorbar(stats.x, stats["mean"], yerr=stats["std"].fillna(0), label=label, marker="o", ms=3, capsize=2)
+            stats, label = _kept_mean_std(m, "x", metric, line)
+            yerr = stats["std"].fillna(0)
+            ax.errorbar(stats.x, stats["mean"], yerr=yerr, label=label, marker="o", ms=3, capsize=2, color=colour[line])
         for line, m in df[(df.dataset == dataset) & (role == "reference")].groupby("line", sort=False):
             kept = m[~m.diverged.astype(bool)][metric]
             mean, std = kept.mean(), kept.std() if len(kept) > 1 else 0.0
