@@ -183,7 +183,10 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     [
         (("config/dafl_fmnist_fedmix_taylor.yaml",), {"dafl_fedmix_taylor", "dafl_fedmix_taylor_2label_dir"}),
         (("config/dafl_fmnist_gan_loss.yaml",), {"dafl_gan_loss"}),
-        (("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_dir.yaml"), set()),
+        (
+            ("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_dir.yaml"),
+            {"dafl_gan_loss", "dafl_gan_loss_dir"},
+        ),
     ],
     ids=["fedmix_taylor", "gan_loss", "gan_loss_dir"],
 )
