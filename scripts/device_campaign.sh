@@ -3,7 +3,7 @@
 #
 #   here:   printf 'presets:\n  dafl:\n    vectorise: true\n' > gpu.yaml    # batched clients: 1.48x the loop (H200)
 #           bash scripts/device_prepare.sh .gpu/plan.json config/dafl_fmnist.yaml+config/dafl_fmnist_gan_loss.yaml+gpu.yaml
-#           # the plan, data/fmnist/tensors.pt.gz (55 MB -> 31 MB: it fits the tool's 64 MiB), the wheels the device
+#           # the plan, data/fmnist/tensors.pt.xz (55 MB -> 26 MB), the wheels the device
 #           # lacks in .whl/ (Opacus, dp-accounting, its dm-tree; cp312), and the carry list to give the tool
 #   there:  bash scripts/device_campaign.sh .gpu/plan.json 8 4 4   # PLAN MINUTES [JOBS] [THREADS]
 #           (the device tool's run, carrying what device_prepare.sh printed; on an H200, 8 jobs and

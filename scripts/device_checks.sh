@@ -2,8 +2,8 @@
 # The GPU checks a lent machine owes after its campaign (issue 41): one call, ≈ 4 minutes on an H200, ≤ 7 with
 # FedMix's steps.
 #
-#   here:   gzip -kf data/fmnist/tensors.pt; the wheels in .whl/ as scripts/device_campaign.sh's header says
-#   there:  bash scripts/device_checks.sh    (the device tool's run, carrying data/fmnist/tensors.pt.gz and .whl)
+#   here:   the cache and the wheels as scripts/device_prepare.sh makes them (data/fmnist/tensors.pt.xz, .whl/)
+#   there:  bash scripts/device_checks.sh    (the device tool's run, carrying data/fmnist/tensors.pt.xz and .whl)
 #
 # 1. the GPU tests (tests/test_gpu.py; the DP-CGAN's GPU-vs-CPU draw in float64 since 2026-11-27, not yet run there);
 # 2. a batched round with BatchNorm on CUDA (Fed-ZDA's, which failed on an H200 before fed.batched._stack; MOON's

@@ -696,10 +696,14 @@ def test_the_device_script_runs_a_plan_without_snakemake_or_mlflow_and_brings_th
 
 def test_the_device_preparation_writes_the_plan_its_caches_and_what_to_carry(tmp_path):
     """scripts/device_prepare.sh, here before a lent GPU's call: the plan, without data jobs once the caches it
-    names are prepared and gzipped beside them, the carried paths kept out of git, and the tool's carry list."""
+    names are prepared and compressed beside them (xz), the carried paths kept out of git, and the tool's carry list;
+    what to move aside when the call would pass the tool's 64 MiB; scripts/device_env.sh, there, restores the cache."""
     work = tmp_path / "checkout"
     (work / "scripts").mkdir(parents=True)
-    (work / "scripts" / "device_prepare.sh").write_bytes((REPO / "scripts" / "device_prepare.sh").read_bytes())
+    for script in ("device_prepare.sh", "device_env.sh"):
+        (work / "scripts" / script).write_bytes((REPO / "scripts" / script).read_bytes())
+    (work / "reference/big").mkdir(parents=True)
+    (work / "reference/big/cells").write_bytes(bytes(65 * 2**20))  # committed cells the device does not read
     subprocess.run(["git", "init", "-q"], cwd=work, check=True)
     env = os.environ | {"FED_NO_WHEELS": "1", "PYTHON": sys.executable}
     args = [str(REPO / "config/smoke.yaml"), "--table", TABLE, "--method", "fedavg"]
@@ -708,6 +712,11 @@ def test_the_device_preparation_writes_the_plan_its_caches_and_what_to_carry(tmp
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     plan = json.loads((work / ".gpu/plan.json").read_text())
     assert [j["kind"] for j in plan["jobs"]] == ["partition", "cell", "partition", "cell"]  # no data job left
-    assert (work / "data/synthetic/tensors.pt.gz").stat().st_size > 0
     assert {"/.gpu/", "/.whl/"} <= set((work / ".git/info/exclude").read_text().split())
-    assert 'carry: [".gpu/plan.json", "data/synthetic/tensors.pt.gz"]' in proc.stdout
+    assert 'carry: [".gpu/plan.json", "data/synthetic/tensors.pt.xz"]' in proc.stdout
+    assert "over the device tool's 64 MiB" in proc.stdout and "mv reference/big /tmp/" in proc.stdout
+    cache = work / "data/synthetic/tensors.pt"
+    prepared = cache.read_bytes()
+    cache.unlink()
+    subprocess.run(["bash", "-c", "source scripts/device_env.sh"], cwd=work, env=env, check=True)
+    assert cache.read_bytes() == prepared
