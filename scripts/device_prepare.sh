@@ -12,8 +12,9 @@
 # 3. the wheels the device lacks, for its Python (cp312): Opacus (DA-FL's GAN stages), dp-accounting and its dm-tree
 #    (FedDPMS' noise) in .whl/; FED_NO_WHEELS=1 skips them (a plan without DA-FL or FedDPMS, or wheels already there);
 # 4. prints the device tool's `carry` list and its command, and what to move aside for the call when the tracked
-#    files and the carried paths together pass the tool's 64 MiB (the campaign there reads no reference/ cells). PLAN's folder, .whl/ and the caches are kept out of git
-#    (.git/info/exclude): they travel by `carry`, not as untracked files.
+#    files and the carried paths together pass the tool's 64 MiB (the campaign there reads no reference/ cells).
+#    PLAN's folder, .whl/ and the caches are kept out of git (.git/info/exclude): they travel by `carry`, not as
+#    untracked files.
 set -euo pipefail
 plan=${1:?usage: device_prepare.sh PLAN CONFIGS [--table T] [--method M] [--partition P] ...}
 shift
