@@ -554,3 +554,33 @@ def test_the_leakage_audit_decodes_every_uploaded_latent_and_charges_it_to_its_d
     assert decoded["n"] == sum(uploaded) > received  # the server sees more than any receiver decodes
     assert decoded["n"] >= decoded["audited"] == len(hits) > 0
     assert decoded["closer_to_train"] == pytest.approx(float(hits.mean()))
+
+
+def test_the_code_probe_normalises_each_of_dataparallel_s_chunks_and_keeps_the_first_s_statistics():
+    """scripts/feddpms_code_probe.py's BatchNorm (the authors' nn.DataParallel over 4 GPUs): in training each quarter of
+    the batch is normalised by its own mean and variance, the running statistics come from the first quarter alone
+    (momentum 0.1, unbiased variance), evaluation is plain BatchNorm; the FedDPMS CNN keeps its state_dict."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "feddpms_code_probe", Path(__file__).parents[1] / "scripts/feddpms_code_probe.py"
+    )
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    bn = probe.with_chunked_batch_norm(nn.Sequential(nn.BatchNorm2d(1)), 4)[0]
+    with torch.no_grad():
+        bn.weight.fill_(2.0), bn.bias.fill_(0.5)
+    x = torch.tensor([1.0, 3.0, 0.0, 4.0, 5.0, 5.5, -1.0, 1.0]).view(8, 1, 1, 1)  # chunks of 2
+    out = bn.train()(x).flatten()
+    spread = [1.0, 2.0, 0.25, 1.0]  # each chunk's half-range: its biased std
+    expected = [0.5 + 2 * s * v / math.sqrt(v**2 + bn.eps) for v in spread for s in (-1, 1)]
+    torch.testing.assert_close(out, torch.tensor(expected))  # the whole batch's statistics would give other values
+    torch.testing.assert_close(bn.running_mean, torch.tensor([0.1 * 2.0]))  # chunk (1, 3): mean 2
+    torch.testing.assert_close(bn.running_var, torch.tensor([0.9 + 0.1 * 2.0]))  # its unbiased variance 2
+    plain = nn.BatchNorm2d(1).eval()
+    plain.load_state_dict(bn.state_dict())
+    torch.testing.assert_close(bn.eval()(x), plain(x))
+    model = probe.with_chunked_batch_norm(build_model("cnn_dpms_fmnist", 1, 10, 28), 4)
+    norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
+    assert norms and all(isinstance(m, probe.ChunkedBatchNorm2d) and m.devices == 4 for m in norms)
+    assert model.state_dict().keys() == build_model("cnn_dpms_fmnist", 1, 10, 28).state_dict().keys()
