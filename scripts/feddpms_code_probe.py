@@ -49,9 +49,10 @@ class ChunkedBatchNorm2d(nn.BatchNorm2d):
 
 
 def with_chunked_batch_norm(model: nn.Module, devices: int) -> nn.Module:
+    chunked = type(f"ChunkedBatchNorm2d{devices}", (ChunkedBatchNorm2d,), {"devices": devices})
     for m in model.modules():
         if type(m) is nn.BatchNorm2d:
-            m.__class__ = type(f"ChunkedBatchNorm2d{devices}", (ChunkedBatchNorm2d,), {"devices": devices})
+            m.__class__ = chunked
     return model
 
 
