@@ -556,10 +556,8 @@ def test_the_leakage_audit_decodes_every_uploaded_latent_and_charges_it_to_its_d
     assert decoded["closer_to_train"] == pytest.approx(float(hits.mean()))
 
 
-def test_the_code_probe_normalises_each_of_dataparallel_s_chunks_and_keeps_the_first_s_statistics():
-    """scripts/feddpms_code_probe.py's BatchNorm (the authors' nn.DataParallel over 4 GPUs): in training each quarter of
-    the batch is normalised by its own mean and variance, the running statistics come from the first quarter alone
-    (momentum 0.1, unbiased variance), evaluation is plain BatchNorm; the FedDPMS CNN keeps its state_dict."""
+def code_probe():
+    """scripts/feddpms_code_probe.py as a module."""
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
@@ -567,6 +565,14 @@ def test_the_code_probe_normalises_each_of_dataparallel_s_chunks_and_keeps_the_f
     )
     probe = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(probe)
+    return probe
+
+
+def test_the_code_probe_normalises_each_of_dataparallel_s_chunks_and_keeps_the_first_s_statistics():
+    """scripts/feddpms_code_probe.py's BatchNorm (the authors' nn.DataParallel over 4 GPUs): in training each quarter of
+    the batch is normalised by its own mean and variance, the running statistics come from the first quarter alone
+    (momentum 0.1, unbiased variance), evaluation is plain BatchNorm; the FedDPMS CNN keeps its state_dict."""
+    probe = code_probe()
     bn = probe.with_chunked_batch_norm(nn.Sequential(nn.BatchNorm2d(1)), 4)[0]
     with torch.no_grad():
         bn.weight.fill_(2.0), bn.bias.fill_(0.5)
@@ -584,3 +590,47 @@ def test_the_code_probe_normalises_each_of_dataparallel_s_chunks_and_keeps_the_f
     norms = [m for m in model.modules() if isinstance(m, nn.BatchNorm2d)]
     assert norms and all(isinstance(m, probe.ChunkedBatchNorm2d) and m.devices == 4 for m in norms)
     assert model.state_dict().keys() == build_model("cnn_dpms_fmnist", 1, 10, 28).state_dict().keys()
+
+
+def test_the_code_probe_s_bootstrap_resamples_each_client_s_own_data_with_replacement():
+    """--bootstrap (the scripts' --mini 1): each client keeps its size, draws only its own indices, with replacement
+    (≈ 1 − 1/e ≈ 63.2 % distinct of a large client: without replacement all would be, a resample of the whole
+    dataset would leak other clients' samples), its test split and the partition's fields untouched."""
+    partition = {
+        "scheme": "dirichlet",
+        "num_clients": 2,
+        "clients": [{"train": list(range(10_000)), "test": [-1]}, {"train": [7, 8, 9], "test": []}],
+    }
+    resampled = code_probe().bootstrap(partition, seed=3)
+    big, small = resampled["clients"]
+    assert (len(big["train"]), len(small["train"])) == (10_000, 3)
+    assert set(small["train"]) <= {7, 8, 9} and set(big["train"]) <= set(range(10_000))
+    assert abs(len(set(big["train"])) / 10_000 - (1 - math.exp(-1))) < 0.015  # its standard deviation ≈ 0.003
+    assert (big["test"], small["test"], resampled["scheme"], resampled["bootstrap"]) == ([-1], [], "dirichlet", 3)
+    assert partition["clients"][0]["train"] == list(range(10_000))  # the input is not changed
+    assert code_probe().bootstrap(partition, seed=3) == resampled  # a seed gives one resample
+
+
+def test_the_code_probe_s_authors_data_deals_every_sample_once_and_resamples_within_each_client():
+    """--authors-data (sampling.py's partition_data_FMNIST, then train.py's --mini 1 draw from the same NumPy stream):
+    the clients' parts deal every training sample exactly once, each holds >= 10, each client's draw takes as many
+    samples as its part holds, from its part alone and with repeats; the seed fixes both."""
+    labels = np.repeat(np.arange(10), 30)
+    parts, draws = code_probe().authors_data(labels, n_users=4, alpha=0.5, seed=2)
+    assert sorted(i for part in parts for i in part) == list(range(300))
+    assert min(map(len, parts)) >= 10
+    assert [len(d) for d in draws] == [len(part) for part in parts]
+    assert all(set(d) <= set(part) for d, part in zip(draws, parts))
+    assert sum(len(set(d)) for d in draws) < 300  # with replacement: some samples repeat, others are left out
+    assert code_probe().authors_data(labels, n_users=4, alpha=0.5, seed=2) == (parts, draws)
+
+
+def test_the_code_probe_s_double_logits_give_float64_logits_from_the_float32_network():
+    """--double-logits (Localupdate.py: p = model(X).double()): the logits, hence the loss, are float64; the weights
+    stay float32 and get their gradient through the cast."""
+    model = code_probe().with_double_logits(build_model("cnn_dpms_fmnist", 1, 10, 28))
+    logits = model(torch.randn(3, 1, 28, 28, generator=torch.Generator().manual_seed(0)))
+    assert logits.dtype == torch.float64 and logits.shape == (3, 10)
+    torch.nn.functional.cross_entropy(logits, torch.tensor([0, 4, 9])).backward()
+    weights = [p for p in model.parameters()]
+    assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in weights)
