@@ -216,9 +216,9 @@ def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_
 
 
 def test_feddpms_fmnist_trains_only_what_reference_lacks(tmp_path):
-    """config/feddpms_fmnist.yaml (the β = 0.5 pair, β = 0.1's and 0.2's FedAvg and FedProx) and its chart overlay: without a
-    reference they train the chart's 25 cells and the preliminary-rounds ablation's 2 more (P = 15, 25), with one
-    Stage I a β and one a P (issue 42); with reference/feddpms_fmnist a fresh checkout trains only the cells not
+    """config/feddpms_fmnist.yaml (the β = 0.5 pair, β = 0.1's and 0.2's FedAvg and FedProx) and its chart overlay:
+    without a reference they train the chart's 25 cells and the preliminary-rounds ablation's 2 more (P = 15, 25), with
+    one Stage I a β and one a P (issue 42); with reference/feddpms_fmnist a fresh checkout trains only the cells not
     committed there, so the tables rebuild without training once their 6 cells are in."""
     args = ("--configfile", str(REPO / "config/feddpms_fmnist.yaml"))
     chart = (*args, str(REPO / "config/feddpms_fmnist_chart.yaml"))
