@@ -99,6 +99,47 @@ def test_metric_vs_x_draws_series_of_methods_and_a_reference_band(tmp_path):
         kind.cells({**fig, "series": {"fedmix": "FedMix"}})
 
 
+def test_metric_vs_x_draws_the_paper_s_values_beside_each_line(monkeypatch, tmp_path):
+    """paper_table: FedDPMS' FMNIST chart (fed/reporting/data/feddpms.csv) beside the cells run, at every β the chart
+    has, on the method's line and in its colour, dashed; a table the paper lacks, or x_of: method, fails in cells()."""
+    from fed.reporting import figures
+
+    kind = FIGURE_KINDS["metric_vs_x"]
+    beta = {f"dir0.{i}": i / 10 for i in range(1, 6)}
+    fig = dict(
+        output="t/fig", paper="feddpms", preset="p", datasets=["fmnist"], partitions=["dir0.1", "dir0.5"],
+        methods=["fedavg", "fedprox_mu0.001"], seeds=[0], x_values=beta, labels={"fedprox_mu0.001": "fedprox"},
+        paper_table="accuracy vs β (FMNIST figure)",
+    )  # fmt: skip
+    cells = kind.cells(fig)
+    files = []
+    for c in cells:
+        path = tmp_path / f"{c['partition']}-{c['method']}.json"
+        path.write_text(json.dumps(record("best", [{"round": 1, "global_acc": 90.0 + beta[c["partition"]]}])))
+        files.append((path, None))
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda f, out: drawn.setdefault("fig", f))
+    kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption")
+    df = pd.read_csv(tmp_path / "f.csv")
+    ours = df[df.role == "sweep"].set_index(["line", "x"]).global_acc.to_dict()
+    assert ours == {("fedavg", 0.1): 90.1, ("fedavg", 0.5): 90.5, ("fedprox", 0.1): 90.1, ("fedprox", 0.5): 90.5}
+    paper = df[df.role == "paper"].set_index(["line", "x"]).global_acc.to_dict()
+    assert paper == {
+        **{("fedavg", b): v for b, v in zip((0.1, 0.2, 0.3, 0.4, 0.5), (79.5, 82.72, 83.87, 84.29, 84.73))},
+        **{("fedprox", b): v for b, v in zip((0.1, 0.2, 0.3, 0.4, 0.5), (79.62, 82.47, 83.46, 83.7, 84.44))},
+    }  # the chart as transcribed (feddpms.csv)
+    (ax,) = drawn["fig"].axes
+    dashed = {
+        line.get_label(): (line.get_color(), line.get_linestyle()) for line in ax.lines if "paper" in line.get_label()
+    }
+    ours = {c.get_label(): c.lines[0].get_color() for c in ax.containers}
+    assert dashed == {"fedavg (paper)": (ours["fedavg"], "--"), "fedprox (paper)": (ours["fedprox"], "--")}
+    with pytest.raises(ValueError, match="has no global_acc in table 'no such table'"):
+        kind.cells({**fig, "paper_table": "no such table"})
+    with pytest.raises(ValueError, match="x_of: partition"):
+        kind.cells({**fig, "x_of": "method", "x_values": {"fedavg": 1, "fedprox_mu0.001": 2}})
+
+
 def test_the_decoder_maps_maps_and_vectors_back_to_the_input_shape():
     import torch
 

@@ -172,7 +172,8 @@ def plot_metric_vs_x(df, metric: str, x_label: str, out: str | Path, title: str,
     """FedDPMS' accuracy vs β: ``metric`` against ``x`` per line, mean ± std over seeds (error bars), one panel per
     dataset, x on a log scale when it spans a decade. ``df``: dataset, x, line, seed, metric, diverged (diverged
     seeds are left out, and said so in the legend), and optionally role: rows of role "reference" (a method with no
-    x) are drawn as a horizontal band, mean ± std. ``beta_density``: values a whose Beta(a, a) densities are drawn
+    x) are drawn as a horizontal band, mean ± std; rows of role "paper" (the published values) dashed, with open
+    markers, in their line's colour. ``beta_density``: values a whose Beta(a, a) densities are drawn
     in a first panel (FLea Fig. 10, left)."""
     datasets = list(dict.fromkeys(df.dataset))
     panels = len(datasets) + (beta_density is not None)
@@ -180,13 +181,25 @@ def plot_metric_vs_x(df, metric: str, x_label: str, out: str | Path, title: str,
     if beta_density is not None:
         _beta_densities(axes[0][0], beta_density)
     role = df.role if "role" in df else pd.Series("sweep", index=df.index)
-    colour = _colours(df.line[role != "reference"])
+    colour = _colours(df.line[role == "sweep"])
     for ax, dataset in zip(axes[0][panels - len(datasets) :], datasets):
-        g = df[(df.dataset == dataset) & (role != "reference")]
+        g = df[(df.dataset == dataset) & (role == "sweep")]
         for line, m in g.groupby("line", sort=False):
             stats, label = _kept_mean_std(m, "x", metric, line)
             yerr = stats["std"].fillna(0)
             ax.errorbar(stats.x, stats["mean"], yerr=yerr, label=label, marker="o", ms=3, capsize=2, color=colour[line])
+        for line, m in df[(df.dataset == dataset) & (role == "paper")].groupby("line", sort=False):
+            m = m.sort_values("x")
+            ax.plot(
+                m.x,
+                m[metric],
+                ls="--",
+                marker="o",
+                ms=4,
+                mfc="none",
+                color=colour.get(line, "k"),
+                label=f"{line} (paper)",
+            )
         for line, m in df[(df.dataset == dataset) & (role == "reference")].groupby("line", sort=False):
             kept = m[~m.diverged.astype(bool)][metric]
             mean, std = kept.mean(), kept.std() if len(kept) > 1 else 0.0

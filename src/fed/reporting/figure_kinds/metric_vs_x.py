@@ -6,8 +6,10 @@ FedMix and FLea against the proportion of shared augmentations). The value per c
 (``report``: last or best round), or with ``value: mean_over_rounds`` the mean over every evaluated round (FLea
 Fig. 11's ρ̄, "the expectation of the distance correlation").
 
-Optional: a ``reference`` method drawn as a horizontal band (FLea Fig. 10's FedAvg "without mix-up"), and
-``x_density: beta_symmetric``, a left panel with the densities of Beta(x, x) for the swept x (Fig. 10, left)."""
+Optional: a ``reference`` method drawn as a horizontal band (FLea Fig. 10's FedAvg "without mix-up"),
+``x_density: beta_symmetric``, a left panel with the densities of Beta(x, x) for the swept x (Fig. 10, left), and
+``paper_table`` (``x_of: partition``): the paper's values of that table (``fed/reporting/data/<paper>.csv``) drawn
+beside each line, dashed, at every partition ``x_values`` names (FedDPMS' chart beside the cells run so far)."""
 
 from __future__ import annotations
 
@@ -31,6 +33,7 @@ KEYS = {
     ),
     "reference": (False, {**STR, "description": "a method drawn as a horizontal band, mean ± std over seeds"}),
     "x_density": (False, {"enum": ["beta_symmetric"], "description": "a left panel with the densities x sets"}),
+    "paper_table": (False, {**STR, "description": "the paper's table whose values are drawn beside each line"}),
 }
 
 
@@ -50,6 +53,8 @@ def cells(fig):
     if (series := fig.get("series")) is not None:
         if x_of != "method" or set(fig["methods"]) - set(series):
             raise ValueError(f"figure {fig['output']}: series needs x_of: method and a line for every method")
+    if "paper_table" in fig:
+        paper_rows(fig, fig.get("metric", "global_acc"))  # a table the paper lacks fails here, before any job
     reference = [
         cell(fig["preset"], d, p, fig["reference"], s)
         for d in fig["datasets"]
@@ -58,6 +63,35 @@ def cells(fig):
         if "reference" in fig
     ]
     return grid_cells(fig) + reference
+
+
+def paper_rows(fig, metric: str) -> list[dict]:
+    """The paper's ``metric`` in ``fig["paper_table"]`` for the figure's datasets and methods, at every partition of
+    ``x_values``: one row each, role "paper", on its method's line."""
+    from fed.reporting.tables import paper_values
+
+    if fig.get("x_of", "partition") != "partition":
+        raise ValueError(f"figure {fig['output']}: paper_table needs x_of: partition")
+    published = paper_values(fig["paper"])
+    published = published[(published.table == fig["paper_table"]) & (published.metric == metric)]
+    if published.empty:
+        raise ValueError(f"figure {fig['output']}: {fig['paper']} has no {metric} in table {fig['paper_table']!r}")
+    keep = published.dataset.isin(fig["datasets"]) & published.method.isin(fig["methods"])
+    return [
+        {
+            "dataset": r.dataset,
+            "partition": r.partition,
+            "method": r.method,
+            "seed": None,
+            "x": fig["x_values"][r.partition],
+            "line": fig.get("labels", {}).get(r.method, r.method),
+            "role": "paper",
+            "report": "paper",
+            metric: float(r.value),
+            "diverged": False,
+        }
+        for r in published[keep & published.partition.isin(fig["x_values"])].itertuples()
+    ]
 
 
 def line_of(fig, c: dict) -> str:
@@ -88,6 +122,8 @@ def draw(fig, cells, files, stages, png, csv, caption):
                 "diverged": rec["diverged"],
             }
         )
+    if "paper_table" in fig:
+        rows += paper_rows(fig, metric)
     df = pd.DataFrame(rows)
     df.to_csv(csv, index=False)
     density = sorted(set(fig["x_values"].values())) if fig.get("x_density") else None
