@@ -632,5 +632,5 @@ def test_the_code_probe_s_double_logits_give_float64_logits_from_the_float32_net
     logits = model(torch.randn(3, 1, 28, 28, generator=torch.Generator().manual_seed(0)))
     assert logits.dtype == torch.float64 and logits.shape == (3, 10)
     torch.nn.functional.cross_entropy(logits, torch.tensor([0, 4, 9])).backward()
-    weights = [p for p in model.parameters()]
+    weights = list(model.parameters())
     assert all(p.dtype == torch.float32 and p.grad is not None and p.grad.dtype == torch.float32 for p in weights)
