@@ -15,7 +15,8 @@ the authors' code (docs/deviations.md, FedDPMS) put in, so its rounds sit beside
   sampling.py's ``partition_data_FMNIST`` (NumPy's global generator seeded by SEED, ``K = 100`` classes drawn of
   which 90 are empty, each client's list shuffled) and the ``--mini 1`` resample that follows it in train.py from
   the same stream, on PARTITION's β and client count (``…_authorsSEED.json``; FMNIST's labels in its files' order,
-  as torchvision reads them).
+  as torchvision reads them). Checked against sampling.py itself (dd16e44: its two functions run with torchvision's
+  FashionMNIST replaced by these labels): the same clients and draws at β = 0.1 and 0.5, 2026-12-04.
 - ``--double-logits``: Localupdate.py's ``p = model(X).double()``: the cross-entropy and its gradient in float64, the
   network in float32 (a forward hook on the model).
 - ``--float64``: train.py's ``torch.set_default_dtype(torch.float64)`` (before it builds the model; torchvision's
