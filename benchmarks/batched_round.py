@@ -10,10 +10,15 @@ Fashion-MNIST (or synthetic data of its shape where it is not prepared):
   CUDA before f5e6997).
 
     python benchmarks/batched_round.py [--rounds 2] [--data-root data] [--only fedzda|dafl|dpms] [--device cpu|cuda]
-                                       [--nondeterministic] [--method fedavg|fedmix|…]
+                                       [--nondeterministic] [--method fedavg|fedmix|…] [--clients N]
+                                       [--profile FILE]
 
 Prints a row per protocol (seconds looped, batched, their ratio, and the largest difference of the two global
-models after the same rounds: float32 rounding) and, last, ``speedup_<protocol>=<x>`` for each.
+models after the same rounds: float32 rounding) and, last, ``speedup_<protocol>=<x>`` for each. ``--clients``
+trains that many clients a round (FedDPMS' chart: 10). ``--profile FILE`` then profiles one more batched round
+(``torch.profiler``) and writes its operators by their own time on the device (on the CPU where it runs there) to
+FILE, headed by how much of the round's wall time the device was busy and how many kernels it launched: whether a
+batched step waits on launches or on its kernels.
 """
 
 from __future__ import annotations
@@ -77,10 +82,19 @@ def engine(
 
 
 def measure(
-    name: str, root: str, protocol: str, rounds: int, epochs: int | None, device: str, fast=False, method="fedavg"
+    name: str,
+    root: str,
+    protocol: str,
+    rounds: int,
+    epochs: int | None,
+    device: str,
+    fast=False,
+    method="fedavg",
+    clients: int | None = None,
+    profile_to: str | None = None,
 ):
     cfg, scheme = PROTOCOLS[protocol]
-    cfg = cfg | ({"local_epochs": epochs} if epochs else {})
+    cfg = cfg | ({"local_epochs": epochs} if epochs else {}) | ({"num_clients": clients} if clients else {})
     loop, batched = (engine(name, root, cfg, scheme, vectorise, device, fast, method) for vectorise in (False, True))
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)  # GPU kernels run on after a call
     times = {False: [], True: []}
@@ -93,7 +107,36 @@ def measure(
             times[e.cfg.vectorise].append(time.perf_counter() - t0)
     diff = max((loop.global_state[k].float() - batched.global_state[k].float()).abs().max().item()
                for k in loop.global_state)  # fmt: skip
+    if profile_to:
+        profile_round(batched, sync, profile_to, f"{protocol} {method}, {cfg['num_clients']} clients batched")
     return min(times[False]), min(times[True]), diff
+
+
+def profile_round(e: Engine, sync, path: str, what: str) -> None:
+    """One more batched round under ``torch.profiler``: the device's busy share of its wall time, its kernels, and
+    the operators by their own device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    cuda = e.cfg.device.startswith("cuda")
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        sync()
+        t0 = time.perf_counter()
+        run_round(e.ctx, e.algorithm)
+        sync()
+        wall = time.perf_counter() - t0
+    averages = prof.key_averages()
+    if cuda:  # kernels: the events that ran on the device
+        kernels = [a for a in averages if a.device_type == torch.autograd.DeviceType.CUDA]
+        busy = sum(a.self_device_time_total for a in kernels) / 1e6
+        head = f"{len(kernels)} kinds of kernel, {sum(a.count for a in kernels)} launches, busy {busy:.2f} s"
+        sort = "self_device_time_total"
+    else:
+        busy = sum(a.self_cpu_time_total for a in averages) / 1e6
+        head, sort = f"operators' own CPU time {busy:.2f} s", "self_cpu_time_total"
+    with open(path, "w") as f:
+        print(f"{what} on {e.cfg.device}: one round {wall:.2f} s; {head} ({busy / wall:.0%} of the wall time)", file=f)
+        print(averages.table(sort_by=sort, row_limit=30), file=f)
 
 
 def main() -> None:
@@ -105,6 +148,8 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu (one thread), cuda, …")
     ap.add_argument("--nondeterministic", action="store_true", help="CUDA: deterministic: false")
     ap.add_argument("--method", default="fedavg", help="the method whose round is timed (its default settings)")
+    ap.add_argument("--clients", type=int, help="clients a round (default: the protocol's)")
+    ap.add_argument("--profile", metavar="FILE", help="profile one more batched round into FILE (the last protocol's)")
     args = ap.parse_args()
     torch.set_num_threads(1)
     name = dataset(args.data_root)
@@ -112,8 +157,9 @@ def main() -> None:
     for protocol in [args.only] if args.only else PROTOCOLS:
         epochs = args.dafl_epochs if protocol == "dafl" else None
         loop, batched, diff = measure(
-            name, args.data_root, protocol, args.rounds, epochs, args.device, args.nondeterministic, args.method
-        )
+            name, args.data_root, protocol, args.rounds, epochs, args.device, args.nondeterministic, args.method,
+            args.clients, args.profile,
+        )  # fmt: skip
         speedups[protocol] = loop / batched
         print(f"{protocol} {args.method} ({name}, {args.device}): looped {loop:.2f} s, batched {batched:.2f} s a "
               f"round, {loop / batched:.2f}x; global models differ by at most {diff:.1e}", flush=True)  # fmt: skip
