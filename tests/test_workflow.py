@@ -176,6 +176,9 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     # the width study's cells are committed too (config/dafl_fmnist_width.yaml: FedAvg at half and a quarter width)
     counts = job_counts(snakemake(tmp_path, "-n", *args, str(REPO / "config/dafl_fmnist_width.yaml")).stdout)
     assert "train" not in counts and counts["table"] == 3
+    # and the seed study's (config/dafl_fmnist_seeds.yaml: FedAvg at run seeds 1 and 2 beside Table 3's seed 0)
+    counts = job_counts(snakemake(tmp_path, "-n", *args, str(REPO / "config/dafl_fmnist_seeds.yaml")).stdout)
+    assert "train" not in counts and counts["table"] == 2
 
 
 @pytest.mark.parametrize(
