@@ -173,9 +173,10 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
     assert (counts["train"], counts["stage"]) == ((4 + 4 + 3 + 2) * 3, 3)
     counts = job_counts(snakemake(tmp_path, "-n", *args).stdout)
     assert "train" not in counts and "stage" not in counts and (counts["table"], counts["figure"]) == (1, 1)
-    # the width study's cells are committed too (config/dafl_fmnist_width.yaml: FedAvg at half and a quarter width)
+    # the width study's cells are committed too (config/dafl_fmnist_width.yaml: FedAvg at half and a quarter width,
+    # and the quarter at 2-Label at three seeds)
     counts = job_counts(snakemake(tmp_path, "-n", *args, str(REPO / "config/dafl_fmnist_width.yaml")).stdout)
-    assert "train" not in counts and counts["table"] == 3
+    assert "train" not in counts and counts["table"] == 4
     # and the seed study's (config/dafl_fmnist_seeds.yaml: FedAvg at run seeds 1 and 2 beside Table 3's seed 0)
     counts = job_counts(snakemake(tmp_path, "-n", *args, str(REPO / "config/dafl_fmnist_seeds.yaml")).stdout)
     assert "train" not in counts and counts["table"] == 2
