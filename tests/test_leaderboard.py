@@ -228,6 +228,7 @@ def test_a_leaderboard_config_is_valid_and_defaults_to_the_paper_layout():
         ({"paper_method": {"fedavg": "FedAvg"}}, "paper_method compares with a paper"),
         ({"layout": "paper", "baseline": "fedavg"}, "`baseline` belongs to a leaderboard"),
         ({"layout": "paper", "analyses": True}, "`analyses` belongs to a leaderboard"),
+        ({"last_rounds": 10}, "`last_rounds` belongs to a paper table"),
         ({"analyses": True, "contrasts": {"fedzdac": "qffl"}}, "contrast fedzdac against qffl: 'qffl' is not among"),
         ({"contrasts": {"fedzdac": "fedavg"}}, "contrasts are tested by the analyses"),
     ],

@@ -89,3 +89,38 @@ def test_the_cost_table_divides_by_the_named_baseline_and_keeps_runs_that_traine
     assert df.loc["p_feddata", "local_steps"] == 10_000.0  # a run's sum over rounds (2 × 4,000; 2 × 6,000), mean
     assert df.loc["p_feddpms", "rounds"] == 0 and math.isnan(df.loc["p_feddpms", "seconds_per_round"])
     assert cost_table(cells)["relative_to_fedavg"].isna().all()  # no method named fedavg: no ratio, not a wrong one
+
+
+def test_a_seed_study_table_shows_each_seed_and_the_range_of_its_last_rounds(tmp_path):
+    """``last_rounds``: per seed, in seed order (written out of order here), its last-round value, the range of its
+    last k rounds, and how many of those are within the one-run tolerance (2 pp) of the paper's 10.00 — a run
+    that swings to chance, as DA-FL's SCAFFOLD at 1-Label does; a diverged seed is named, not averaged."""
+    import json
+
+    from fed.reporting.tables import collect_runs, write_table
+
+    curves = {2: [30.0, 11.5, 33.0], 0: [12.0, 9.0, 32.0, 10.0, 25.0], 1: [40.0, 41.0, 8.0, None]}
+    cells = []
+    for seed, curve in curves.items():
+        history = [{"round": r + 1, "global_acc": v} for r, v in enumerate(curve)]
+        diverged = curve[-1] is None
+        summary = {"diverged": diverged, "history": history, "last": {"round": len(curve), "global_acc": curve[-1]}}
+        summary["best"] = summary["last"]
+        path = tmp_path / f"s{seed}.json"
+        path.write_text(json.dumps(summary))
+        cells.append(dict(dataset="d", partition="p", method="scaffold", seed=seed, path=path))
+    paper = pd.DataFrame(
+        [dict(table="T", dataset="d", partition="p", method="scaffold", metric="global_acc", value="10.00", std="")]
+    )
+    args = ("T", ["d"], ["p"], {"scaffold": "scaffold"}, ["global_acc"], "last", {"scaffold"})
+    row = build_table(collect_runs(cells, last_rounds=3), paper, *args, last_rounds=3).iloc[0]
+    assert row["per seed"] == "25.00 / diverged / 33.00"
+    assert row["last rounds"] == "10.00–32.00 / 8.00–41.00 / 11.50–33.00"  # the diverged round's NaN left out
+    assert row["last rounds within tolerance"] == "1 of 3 / 1 of 3 / 1 of 3"  # 10.00; 8.00 (|−2| ≤ 2); 11.50
+    assert row["ours_mean"] == 29.0 and row["seeds"] == 2 and row["diverged_seeds"] == 1
+    without = build_table(collect_runs(cells), paper, *args).iloc[0]
+    assert "per seed" not in without and without["ours_mean"] == 29.0  # the columns only when asked for
+    write_table(build_table(collect_runs(cells, 3), paper, *args, last_rounds=3), tmp_path / "t", "T.", last_rounds=3)
+    md = (tmp_path / "t.md").read_text()
+    assert "| last 3 rounds " in md and "| 10.00 " in md and "| 25.00 / diverged / 33.00 " in md  # as written
+    assert "25.00 / diverged / 33.00" in (tmp_path / "t.html").read_text()

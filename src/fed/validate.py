@@ -81,6 +81,8 @@ def check_config(config: dict[str, Any]) -> list[str]:
             errors.append(f"{where}: unknown layout {layout!r}; valid choices: {list(LAYOUTS)}")
         elif layout == "leaderboard":
             errors += [f"{where}: {e}" for e in leaderboard_errors(exp)]
+            if exp.get("last_rounds"):
+                errors.append(f"{where}: `last_rounds` belongs to a paper table (layout: paper), not a leaderboard")
             if len(exp["seeds"]) < 2:
                 warnings.append(f"{where}: fewer than 2 seeds: a leaderboard's paired tests need 2 and are left out")
         else:

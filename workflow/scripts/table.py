@@ -11,7 +11,8 @@ from fed.reporting.verdicts import Tolerance
 exp, preset = snakemake.params.table, snakemake.params.preset
 tolerance = Tolerance(**snakemake.params.verdict)
 cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input)]
-runs = collect_runs(cells)
+last_rounds = exp.get("last_rounds", 0)  # a seed study's columns: each seed and its last rounds
+runs = collect_runs(cells, last_rounds)
 if mixes_machines(runs):  # float32 rounding differs between them: no verdict on a gap that rounding can make
     tolerance = tolerance.across_machines()
 out = snakemake.output.csv.removesuffix(".csv")
@@ -63,6 +64,7 @@ else:  # the paper's layout, a verdict per cell
         paper_dataset=exp.get("paper_dataset"),
         paper_partition=exp.get("paper_partition"),
         paper_where=exp.get("paper_where"),
+        last_rounds=last_rounds,
     )
     caption = (
         f"{exp['title']}. Ours: mean ± sample std over {len(exp['seeds'])} seeds "
@@ -78,4 +80,4 @@ else:  # the paper's layout, a verdict per cell
             else ""
         )
     )
-    write_table(table, out, caption, tolerance)
+    write_table(table, out, caption, tolerance, last_rounds)

@@ -54,12 +54,14 @@ def paper_values(paper: str) -> pd.DataFrame:
         return pd.read_csv(fh, dtype={"value": str, "std": str, "read_uncertainty": str}, keep_default_na=False)
 
 
-def collect_runs(cells: list[dict]) -> pd.DataFrame:
+def collect_runs(cells: list[dict], last_rounds: int = 0) -> pd.DataFrame:
     """One row per (cell, metric): ``cells`` carry dataset, partition, method, seed and the metrics.json path;
-    ``machine``: where the cell ran (``fed.provenance.kind``)."""
+    ``machine``: where the cell ran (``fed.provenance.kind``). ``last_rounds`` > 0 adds ``recent``: the metric in
+    each of the run's last ``last_rounds`` rounds (NaN where a round did not record it)."""
     rows = []
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
+        history = summary.get("history", [])[-last_rounds:] if last_rounds else []
         for protocol in ("last", "best"):
             for metric, value in summary[protocol].items():
                 value = math.nan if value is None and summary["diverged"] else value  # strict JSON: NaN as null
@@ -73,11 +75,14 @@ def collect_runs(cells: list[dict]) -> pd.DataFrame:
                             "diverged": summary["diverged"],
                             "machine": provenance.kind(summary),
                         }
+                        | ({"recent": tuple(_number(h.get(metric)) for h in history)} if last_rounds else {})
                     )
-    return pd.DataFrame(
-        rows,
-        columns=["dataset", "partition", "method", "seed", "protocol", "metric", "value", "diverged", "machine"],
-    )
+    columns = ["dataset", "partition", "method", "seed", "protocol", "metric", "value", "diverged", "machine"]
+    return pd.DataFrame(rows, columns=columns + (["recent"] if last_rounds else []))
+
+
+def _number(value) -> float:
+    return float(value) if isinstance(value, (int, float)) else math.nan
 
 
 def machine_note(runs: pd.DataFrame) -> str:
@@ -115,6 +120,7 @@ def build_table(
     paper_dataset: dict[str, str] | None = None,
     paper_partition: dict[str, str] | None = None,
     paper_where: dict[str, object] | None = None,
+    last_rounds: int = 0,
 ) -> pd.DataFrame:
     """``methods`` maps our method variant name to the paper's method key; diverged seeds are counted and shown,
     never averaged in. A swept method (``sweeps``: method → its variants) shows, per dataset and partition, the
@@ -123,7 +129,8 @@ def build_table(
     ``not_comparable`` says how the preset departs from the paper's protocol, if it does. ``paper_where`` keeps the
     published rows with those column values (FLea's Table 1 has a block per ``scarcity``); ``paper_dataset`` maps our
     dataset to the paper's (a stand-in shows the number it stands in for, and its verdict says not comparable),
-    ``paper_partition`` our partition name to the paper's."""
+    ``paper_partition`` our partition name to the paper's. ``last_rounds`` > 0 (``runs`` from ``collect_runs`` with
+    the same number) adds each seed's value and its last rounds' range (``per_seed``)."""
     sweeps = sweeps or {}
     chosen = select_variants(runs, sweeps, select_by)
     paper = paper[paper["table"] == table]
@@ -177,6 +184,11 @@ def build_table(
                         sel, protocol, variant in implemented, paper_value, paper_std, not_comparable, tolerance,
                         paper_read,
                     )  # fmt: skip
+                    if last_rounds:
+                        one_run = tolerance.of(paper_value, paper_std, math.nan) + (
+                            paper_read if math.isfinite(paper_read) else 0.0
+                        )
+                        row |= per_seed(sel[sel.protocol == protocol], paper_value, one_run)
                     rows.append(row)
     return pd.DataFrame(rows)
 
@@ -242,6 +254,24 @@ def _ours(
     return out
 
 
+PER_SEED = ("per seed", "last rounds", "last rounds within tolerance")
+
+
+def per_seed(sel: pd.DataFrame, paper: float, allowed: float) -> dict[str, str]:
+    """A cell's seeds, in seed order: each one's value (or "diverged"), the range of its last rounds (``recent``)
+    and how many of them are within ``allowed`` (the one-run tolerance) of the paper's value — how far a reading
+    at one round could have moved."""
+    seeds = sel.sort_values("seed")
+    values, ranges, within = [], [], []
+    for r in seeds.itertuples():
+        values.append("diverged" if r.diverged else f"{r.value:.2f}")
+        recent = [v for v in r.recent if math.isfinite(v)]
+        ranges.append(f"{min(recent):.2f}–{max(recent):.2f}" if recent else "—")
+        near = sum(abs(v - paper) <= allowed for v in recent)
+        within.append(f"{near} of {len(r.recent)}" if math.isfinite(paper) else "—")
+    return dict(zip(PER_SEED, (" / ".join(x) if x else "—" for x in (values, ranges, within))))
+
+
 def paper_layout(df: pd.DataFrame) -> pd.DataFrame:
     """The paper's own layout: methods as rows, dataset × partition × metric as columns; each cell holds
     "ours ± std (paper ± std)" and, in ``.attrs['verdicts']``, its verdict (same shape)."""
@@ -268,10 +298,15 @@ def verdict_counts(df: pd.DataFrame) -> dict[str, int]:
 
 
 def write_table(
-    df: pd.DataFrame, out_prefix: str | Path, caption: str, tolerance: Tolerance = DEFAULT_TOLERANCE
+    df: pd.DataFrame,
+    out_prefix: str | Path,
+    caption: str,
+    tolerance: Tolerance = DEFAULT_TOLERANCE,
+    last_rounds: int = 0,
 ) -> None:
     """A reproduction table: the long form (one row per cell and metric, every number) in the CSV; the paper's
-    layout, each cell "ours ± std (paper ± std)" marked (md) or coloured (html) by its verdict, in md and html."""
+    layout, each cell "ours ± std (paper ± std)" marked (md) or coloured (html) by its verdict, in md and html;
+    then, with ``last_rounds`` (``build_table``'s), each cell's seeds and their last rounds."""
     out = Path(out_prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     df.to_csv(out.with_suffix(".csv"), index=False)
@@ -289,7 +324,19 @@ def write_table(
         for m in layout.index
     ]
     md = pd.DataFrame(md_rows, columns=["method", *header]).to_markdown(index=False)
-    out.with_suffix(".md").write_text(f"{caption}\n\n{md}\n\n{legend}\n")
+    seeds_md = seeds_html = ""
+    if last_rounds:
+        seeds = df[["dataset", "partition", "method", "metric", "paper", *PER_SEED]].rename(
+            columns={PER_SEED[1]: f"last {last_rounds} rounds", PER_SEED[2]: "of those within tolerance"}
+        )
+        intro = (
+            f"Per seed, in seed order: its value, the range of its last {last_rounds} rounds, and how many of those "
+            "rounds are within the one-run tolerance of the paper's value (how far a reading at another round could "
+            "have moved the cell)."
+        )
+        seeds_md = f"\n{intro}\n\n{seeds.to_markdown(index=False, disable_numparse=True)}\n"
+        seeds_html = f"<p>{_html_escape(intro)}</p>" + seeds.to_html(index=False, border=0, classes="fedrepro-table")
+    out.with_suffix(".md").write_text(f"{caption}\n\n{md}\n\n{legend}\n{seeds_md}")
     head = "".join(f"<th>{_html_escape(h)}</th>" for h in ["method", *header])
     body = "".join(
         "<tr><td>"
@@ -309,7 +356,7 @@ def write_table(
     )
     out.with_suffix(".html").write_text(
         f"{HTML_HEAD}<p>{_html_escape(caption)}</p><table class='fedrepro-table'><tr>{head}</tr>{body}</table>"
-        f"<p>{swatches}</p><p>{_html_escape(legend)}</p>\n"
+        f"<p>{swatches}</p><p>{_html_escape(legend)}</p>{seeds_html}\n"
     )
 
 
