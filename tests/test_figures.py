@@ -385,6 +385,49 @@ def test_accuracy_curves_keep_a_method_s_colour_in_every_panel_and_count_its_div
     assert panels["d, b"] == {"m1": ("C0", [10.5, 20.5]), "m2 (2 diverged)": ("C1", []), "m3": ("C2", [10.5, 20.5])}
 
 
+def test_accuracy_curves_of_a_seed_study_draw_each_seed_and_the_paper_s_number(monkeypatch, tmp_path):
+    """per_seed and paper_table (DA-FL's seed studies): a line per seed, each its own colour, with its own values;
+    DA-FL Table 3's number of each panel and method drawn across it, dashed and black — the method's own number,
+    or the one the paper gives for every partition (centralized); a table the paper lacks fails in cells()."""
+    from fed.reporting import figures
+
+    kind = FIGURE_KINDS["accuracy_curves"]
+    fig = dict(
+        output="t/fig", paper="dafl", preset="p", datasets=["fmnist"], partitions=["1-label", "dir0.05"],
+        methods=["scaffold", "centralized"], seeds=[0, 2], per_seed=True, paper_table="Table 3",
+    )  # fmt: skip
+    cells = kind.cells(fig)
+    files = []
+    for c in cells:
+        path = tmp_path / f"{c['partition']}-{c['method']}-{c['seed']}.json"
+        curve = [{"round": r, "global_acc": 10.0 * r + c["seed"]} for r in (1, 2)]
+        path.write_text(json.dumps(record("last", curve)))
+        files.append((path, None))
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda f, out: drawn.setdefault("fig", f))
+    kind.draw(fig, cells, files, [], tmp_path / "f.png", tmp_path / "f.csv", "caption")
+    panels = {
+        ax.get_title(): {line.get_label(): (line.get_color(), list(line.get_ydata())) for line in ax.lines}
+        for ax in drawn["fig"].axes
+    }
+    assert panels["fmnist, 1-label"] == {
+        "scaffold, seed 0": ("C0", [10.0, 20.0]),
+        "scaffold, seed 2": ("C1", [12.0, 22.0]),
+        "scaffold: paper (10)": ("k", [10.0, 10.0]),  # Table 3, FMNIST 1-Label
+        "centralized, seed 0": ("C2", [10.0, 20.0]),
+        "centralized, seed 2": ("C3", [12.0, 22.0]),
+        "centralized: paper (90.15)": ("k", [90.15, 90.15]),  # one number for every partition
+    }
+    assert panels["fmnist, dir0.05"]["scaffold: paper (75.38)"] == ("k", [75.38, 75.38])
+    df = pd.read_csv(tmp_path / "f.csv")
+    assert df.set_index(["partition", "method"]).paper_value.groupby(level=[0, 1]).first().to_dict() == {
+        ("1-label", "centralized"): 90.15, ("1-label", "scaffold"): 10.0,
+        ("dir0.05", "centralized"): 90.15, ("dir0.05", "scaffold"): 75.38,
+    }  # fmt: skip
+    with pytest.raises(ValueError, match="has no global_acc in table 'no such table'"):
+        kind.cells({**fig, "paper_table": "no such table"})
+
+
 def test_metric_vs_x_keeps_a_line_s_colour_in_every_dataset_panel(monkeypatch, tmp_path):
     """A line absent from one dataset's panel does not pass its colour on to the next line there."""
     from fed.reporting import figures

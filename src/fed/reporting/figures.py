@@ -143,25 +143,38 @@ def _kept_mean_std(m, by: str, metric: str, name: str):
     return stats, name + (f" ({lost} diverged)" if lost else "")
 
 
-def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_acc") -> None:
+def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_acc", per_seed: bool = False) -> None:
     """DA-FL Fig. 4 / 6, FLea Fig. 6 / 9: ``metric`` per round, mean ± std over seeds, one panel per (dataset,
     partition). ``df``: dataset, partition, method, seed, round, metric, diverged (diverged seeds are left out of
-    the curve and counted in its legend entry). A method keeps its colour in every panel."""
-    colour = _colours(df.method)
+    the curve and counted in its legend entry). A method keeps its colour in every panel. ``per_seed``: a line per
+    (method, seed), each in its own colour, a diverged seed's marked. A ``paper_value`` column (the paper's number
+    of each panel and method) is drawn across the panel, dashed, in the method's colour (black with ``per_seed``)."""
+    lines = df.method + (", seed " + df.seed.astype(str) if per_seed else "")
+    colour = _colours(lines)
     panels = list(dict.fromkeys(zip(df.dataset, df.partition)))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (dataset, partition) in zip(axes[0], panels):
         g = df[(df.dataset == dataset) & (df.partition == partition)]
         for method, m in g.groupby("method", sort=False):
-            stats, label = _kept_mean_std(m, "round", metric, method)
-            ax.plot(stats["round"], stats["mean"], label=label, lw=1.2, color=colour[method])
-            ax.fill_between(
-                stats["round"],
-                stats["mean"] - stats["std"].fillna(0),
-                stats["mean"] + stats["std"].fillna(0),
-                alpha=0.2,
-                color=colour[method],
-            )
+            if per_seed:
+                for seed, s in m.groupby("seed"):
+                    name = f"{method}, seed {seed}"
+                    label = name + (" (diverged)" if s.diverged.astype(bool).any() else "")
+                    ax.plot(s["round"], s[metric], label=label, lw=1.0, color=colour[name])
+            else:
+                stats, label = _kept_mean_std(m, "round", metric, method)
+                ax.plot(stats["round"], stats["mean"], label=label, lw=1.2, color=colour[method])
+                ax.fill_between(
+                    stats["round"],
+                    stats["mean"] - stats["std"].fillna(0),
+                    stats["mean"] + stats["std"].fillna(0),
+                    alpha=0.2,
+                    color=colour[method],
+                )
+            if "paper_value" in m and m.paper_value.notna().any():
+                value = m.paper_value.dropna().iloc[0]
+                line_colour = "k" if per_seed else colour[method]
+                ax.axhline(value, ls="--", lw=1, color=line_colour, label=f"{method}: paper ({value:g})")
         ax.set(title=f"{dataset}, {partition}", xlabel="communication round", ylabel=METRIC_LABELS.get(metric, metric))
         ax.legend(fontsize=7)
     _title(fig, title)
