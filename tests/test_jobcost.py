@@ -30,9 +30,15 @@ def test_snakemake_s_own_benchmark_file_reads_as_its_job_s_cost(tmp_path):
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="the peak is reset through Linux's procfs")
 def test_the_meter_s_peak_is_its_job_s_not_the_process_lifetime_s():
     """A worker runs job after job: the second job's peak must not be the first one's 300 MB."""
+    import mmap
+
+    size = 300 * 2**20
     with jobcost.JobMeter() as big:
-        block = bytearray(300 * 2**20)  # zero-filled: every page touched
-        del block
+        # fresh pages from the kernel, each one touched: a bytearray may reuse memory the worker already holds
+        # (a 2 GB xdist worker after other tests did, and its RSS did not move)
+        with mmap.mmap(-1, size) as block:
+            for offset in range(0, size, mmap.PAGESIZE):
+                block[offset] = 1
     with jobcost.JobMeter() as small:
         pass
     assert big.since == small.since == "job"
