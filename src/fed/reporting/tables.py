@@ -184,10 +184,8 @@ def build_table(
                         sel, protocol, variant in implemented, paper_value, paper_std, not_comparable, tolerance,
                         paper_read,
                     )  # fmt: skip
-                    if last_rounds:
-                        one_run = tolerance.of(paper_value, paper_std, math.nan) + (
-                            paper_read if math.isfinite(paper_read) else 0.0
-                        )
+                    if last_rounds:  # one round's reading: the tolerance of one run, no spread of ours
+                        one_run = tolerance.allowed(paper_value, paper_std, math.nan, paper_read)
                         row |= per_seed(sel[sel.protocol == protocol], paper_value, one_run)
                     rows.append(row)
     return pd.DataFrame(rows)

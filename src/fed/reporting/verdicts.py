@@ -61,6 +61,10 @@ class Tolerance:
             spread = min(spread, self.ceiling * abs(paper))
         return max(self.floor, spread)
 
+    def allowed(self, paper: float, paper_std: float, ours_std: float, read_uncertainty: float = math.nan) -> float:
+        """The gap a cell may have and read reproduced: ``of``, widened by a figure's reading uncertainty."""
+        return self.of(paper, paper_std, ours_std) + (read_uncertainty if math.isfinite(read_uncertainty) else 0.0)
+
     def describe(self) -> str:
         spread = f"{self.k:g}·√(σ_paper² + σ_ours²)"
         if self.ceiling is not None:
@@ -89,10 +93,9 @@ def verdict(
     if not_comparable:
         return f"{NOT_COMPARABLE} ({not_comparable})"
     delta = ours_mean - paper
-    read = math.isfinite(read_uncertainty)
-    allowed = tolerance.of(paper, paper_std, ours_std) + (read_uncertainty if read else 0.0)
+    allowed = tolerance.allowed(paper, paper_std, ours_std, read_uncertainty)
     outcome = REPRODUCED if abs(delta) <= allowed else ABOVE if delta > 0 else BELOW
-    return f"{outcome} (read from a figure, ±{read_uncertainty:g})" if read else outcome
+    return f"{outcome} (read from a figure, ±{read_uncertainty:g})" if math.isfinite(read_uncertainty) else outcome
 
 
 def category(v: str) -> str:
