@@ -134,3 +134,14 @@ def test_paper_layout_methods_as_rows_dataset_partition_metric_as_columns():
     assert layout.loc["qffl"].iloc[0] == "81.00 ± 1.41 (83.10 ± 0.40)"
     assert layout.loc["fedavg"].iloc[0] == "71.00 ± 1.41 (—)"
     assert layout.attrs["verdicts"].loc["qffl"].iloc[0] == "reproduced"
+
+
+def test_paper_layout_says_when_a_mean_leaves_out_diverged_seeds():
+    seeds = runs([80.0, 82.0, math.nan])
+    seeds.loc[2, "diverged"] = True
+    table = build_table(
+        seeds, PAPER, "Table 2", ["fmnist"], ["unimodal"], {"qffl": "qffl"}, ["global_acc"], "last", {"qffl"}
+    )
+    layout = paper_layout(table)
+    assert layout.loc["qffl"].iloc[0] == "81.00 ± 1.41 [1 of 3 seeds diverged] (83.10 ± 0.40)"
+    assert layout.attrs["verdicts"].loc["qffl"].iloc[0] == "reproduced"  # the verdict is on the two that did not

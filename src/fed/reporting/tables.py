@@ -276,7 +276,13 @@ def paper_layout(df: pd.DataFrame) -> pd.DataFrame:
 
     def text(r):
         paper = "—" if not math.isfinite(r.paper_value) else fmt(r.paper_value, r.paper_std)
-        return f"{r.ours} ({paper})"
+        # a mean over the seeds that did not diverge says so (where all did, the verdict says it)
+        lost = (
+            f" [{r.diverged_seeds} of {r.seeds + r.diverged_seeds} seeds diverged]"
+            if r.diverged_seeds and r.seeds
+            else ""
+        )
+        return f"{r.ours}{lost} ({paper})"
 
     cells = df.assign(cell=[text(r) for r in df.itertuples()])
     cols = ["dataset", "partition", "metric"]
