@@ -361,3 +361,46 @@ def test_fed_run_refuses_a_partition_made_for_another_number_of_clients(syntheti
     assert proc.returncode == 2, proc.stderr[-2000:]
     assert f"partition file {part} was made for 10 clients; the settings have num_clients=100" in proc.stderr
     assert not (out / "metrics.json").exists()
+
+
+def test_canonical_sorts_keys_at_every_depth_and_keeps_sequences_in_order():
+    from fed.config import canonical
+
+    spec = {"tau": 0.5, "algorithm": "moon", "protocol": {"lr": 0.1, "epochs": 2}, "sweep": {"mu": [1.0, 0.1]}}
+    out = canonical(spec)
+    assert list(out) == ["algorithm", "protocol", "sweep", "tau"] and list(out["protocol"]) == ["epochs", "lr"]
+    assert out["sweep"]["mu"] == [1.0, 0.1] and out == spec  # the same content, lists in their order
+    reordered = {"sweep": {"mu": [1.0, 0.1]}, "protocol": {"epochs": 2, "lr": 0.1}, "algorithm": "moon", "tau": 0.5}
+    assert repr(canonical(reordered)) == repr(out)  # what Snakemake compares a job's params by
+    assert canonical(({"b": 1, "a": 2},)) == ({"a": 2, "b": 1},) and canonical(None) is None
+
+
+def test_sweep_variants_and_tuning_points_do_not_depend_on_the_yamls_key_order():
+    from fed.config import MethodSpec, sweep_variants
+
+    one = sweep_variants("m", {"algorithm": "fedbr", "sweep": {"tau": [0.5, 0.1], "lam_con": [1.0, 2.0]}})
+    other = sweep_variants("m", {"sweep": {"lam_con": [1.0, 2.0], "tau": [0.5, 0.1]}, "algorithm": "fedbr"})
+    assert (
+        list(one)
+        == list(other)
+        == ["m-lam_con1.0-tau0.5", "m-lam_con1.0-tau0.1", "m-lam_con2.0-tau0.5", "m-lam_con2.0-tau0.1"]
+    )
+    assert one == other and one["m-lam_con2.0-tau0.1"] == {"algorithm": "fedbr", "lam_con": 2.0, "tau": 0.1}
+    grids = [{"tau": [0.5, 0.1], "protocol.lr": [0.01]}, {"protocol.lr": [0.01], "tau": [0.5, 0.1]}]
+    points = [MethodSpec.from_config("m", {"algorithm": "fedlc", "tune": {"grid": g}}).grid() for g in grids]
+    assert points[0] == points[1] == [{"protocol.lr": 0.01, "tau": 0.5}, {"protocol.lr": 0.01, "tau": 0.1}]
+    assert [list(p) for p in points[1]] == [["protocol.lr", "tau"]] * 2
+
+
+def test_a_table_without_a_title_gets_its_paper_and_label_as_one():
+    from fed.validate import checked_config
+
+    table = {"paper": "mine", "table": "T2", "output": "mine/t2", "preset": "fedzda", "datasets": ["synthetic"],
+             "partitions": ["iid"], "methods": ["fedavg"], "metrics": ["global_acc"], "seeds": [0],
+             "published": False}  # fmt: skip
+    titled = dict(table, output="mine/t3", title="Mine")
+    config = copy.deepcopy(yaml.safe_load((REPO / "config.yaml").read_text()))
+    config["tables"] = {"t2": table, "t3": titled}
+    checked, _ = checked_config(config, REPO)
+    assert checked["tables"]["t2"]["title"] == "mine T2" and checked["tables"]["t3"]["title"] == "Mine"
+    assert "title" not in table  # the caller's config stays as it is

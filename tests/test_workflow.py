@@ -543,6 +543,58 @@ def test_a_moved_project_or_a_new_paper_reruns_nothing(smoke_run, tmp_path):
     assert counts["train"] == 1 and counts["mlflow_init"] == 1  # only the new paper's cell and experiment
 
 
+def reversed_keys(value):
+    """``value`` with every mapping's keys in reverse order, at any depth."""
+    if isinstance(value, dict):
+        return {k: reversed_keys(value[k]) for k in reversed(list(value))}
+    return value
+
+
+@pytest.mark.slow
+def test_reordering_a_methods_preset_or_partitions_keys_reruns_nothing(smoke_run, tmp_path):
+    """Snakemake compares a job's params by their repr, key order included: the rules that partition, stage and train
+    pass config entries with their keys sorted (fed.config.canonical), so an edit that only reorders a method's,
+    preset's or partition's keys reruns none of them; a changed value still does."""
+    import yaml
+
+    workdir = tmp_path / "work"
+    shutil.copytree(smoke_run[0], workdir, symlinks=True)
+    overlay = {
+        "presets": {"order": {"base": "smoke", "rounds": 2, "local_epochs": 1, "checkpoint_every": 1}},
+        "partitions": {"order_dir": {"scheme": "dirichlet", "beta": 0.5}},
+        "methods": {"order_fedprox": {"algorithm": "fedprox", "mu": 0.1}},
+        "tables": {
+            "order_t": {
+                "paper": "order",
+                "table": "T1",
+                "output": "order/t",
+                "preset": "order",
+                "datasets": ["synthetic"],
+                "partitions": ["order_dir"],
+                "methods": ["order_fedprox"],
+                "metrics": ["global_acc"],
+                "seeds": [0],
+                "published": False,
+            }
+        },
+    }
+
+    def args(config):
+        path = tmp_path / "overlay.yaml"
+        path.write_text(yaml.safe_dump(config, sort_keys=False))  # safe_dump sorts keys unless told not to
+        return ("--configfile", str(REPO / "config/smoke.yaml"), str(path), "--", "reports/tables/order/t.csv")
+
+    snakemake(workdir, "--cores", "1", *args(overlay))
+    assert (workdir / "reports/tables/order/t.md").read_text().startswith("order T1. Ours:")  # the default title
+    # the table job may rerun (seconds: an aggregation spec's key order can be its output's order), no other
+    plan = snakemake(workdir, "-n", *args(reversed_keys(overlay))).stdout
+    assert "Nothing to be done" in plan or set(job_counts(plan)) <= {"table", "total"}, plan
+    changed = reversed_keys(overlay)
+    changed["methods"]["order_fedprox"]["mu"] = 0.2
+    counts = job_counts(snakemake(workdir, "-n", *args(changed)).stdout)
+    assert counts["train"] == 1 and "partition" not in counts
+
+
 @pytest.mark.slow
 def test_tables_rebuild_from_committed_reference_metrics_without_training(smoke_run, tmp_path):
     """`fed export-reference` copies finished cells (no weights); with `reference_dir` a fresh checkout rebuilds

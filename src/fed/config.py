@@ -175,7 +175,7 @@ class MethodSpec:
 
     def grid(self) -> list[dict[str, Any]]:
         """The grid points of ``tune.grid``, each a {parameter: value} mapping."""
-        grid = self.tune["grid"]
+        grid = canonical(self.tune["grid"])  # the points' order does not depend on the YAML's key order
         return [dict(zip(grid, combo)) for combo in itertools.product(*grid.values())]
 
     def at(self, point: dict[str, Any], name: str | None = None) -> MethodSpec:
@@ -217,18 +217,29 @@ def resolve_preset(presets: dict[str, dict[str, Any]], name: str) -> dict[str, A
 
 def point_label(point: dict[str, Any]) -> str:
     """A grid point as names carry it: ``mu0.01``, ``mu0.01-tau0.5`` (sweep variants, tuning runs' work dirs)."""
-    return "-".join(f"{k}{v}" for k, v in point.items())
+    return "-".join(f"{k}{point[k]}" for k in sorted(point))
 
 
 def sweep_variants(name: str, spec: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """{variant name: method spec} of a method with a ``sweep:`` grid, one per grid point, e.g. ``fedprox-mu0.01``."""
     base = {k: v for k, v in spec.items() if k != "sweep"}
-    grid = spec["sweep"]
+    grid = canonical(spec["sweep"])  # the variants and their names do not depend on the YAML's key order
     variants = {}
     for combo in itertools.product(*grid.values()):
         point = dict(zip(grid, combo))
         variants[f"{name}-{point_label(point)}"] = base | point
     return variants
+
+
+def canonical(value: Any) -> Any:
+    """``value`` with every mapping's keys sorted, at any depth (sequences keep their order): what a job's params
+    carry. Snakemake compares params by their repr, key order included, so reordering a method's keys in the YAML
+    would otherwise rerun its every cell."""
+    if isinstance(value, dict):
+        return {k: canonical(value[k]) for k in sorted(value, key=str)}
+    if isinstance(value, (list, tuple)):
+        return type(value)(canonical(v) for v in value)
+    return value
 
 
 def merge_under(base: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:

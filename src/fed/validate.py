@@ -419,6 +419,8 @@ def checked_config(config: dict[str, Any], repo: str | Path) -> tuple[dict[str, 
         validate(merged, str(repo / "workflow" / "schemas" / "config.schema.yaml"))  # sets the schema's defaults
     except Exception as err:
         raise ValueError(schema_error(err)) from None
+    for table in merged["tables"].values():  # a caption's opening words; optional, so a derived default
+        table.setdefault("title", f"{table['paper']} {table['table']}")
     return merged, check_config(merged)
 
 

@@ -11,6 +11,7 @@ from snakemake.exceptions import WorkflowError
 sys.path.insert(
     0, str(Path(workflow.basedir) / "src")
 )  # the fed package, also before `pip install -e .`
+from fed.config import canonical
 from fed.grid import Grid
 from fed.identity import algorithm_code_hash, code_hash
 from fed.validate import checked_config
@@ -63,7 +64,7 @@ def stage_code(w):
 def stage_record(w):
     """The stage as plain data for a job's params (the script rebuilds it with fed.stages.Stage.of)."""
     stage = GRID.stage(key(w), w.stage)
-    return {"kind": stage.kind, "params": dict(stage.params)}
+    return canonical({"kind": stage.kind, "params": dict(stage.params)})
 
 
 def train_inputs(w):

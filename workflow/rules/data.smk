@@ -8,7 +8,7 @@ rule prepare_data:
     params:
         root=lambda w, output: str(Path(output[0]).parents[1]),
         download=CONFIG["download"],
-        synthetic=CONFIG["synthetic"],
+        synthetic=canonical(CONFIG["synthetic"]),
     script:
         "../scripts/prepare_data.py"
 
@@ -23,8 +23,8 @@ rule partition:
     conda:
         "../../envs/fed.yaml"
     params:
-        spec=lambda w: CONFIG["partitions"][w.partition],
-        preset=lambda w: GRID.preset(w.preset),
+        spec=lambda w: canonical(CONFIG["partitions"][w.partition]),  # keys sorted, as the train rule's
+        preset=lambda w: canonical(GRID.preset(w.preset)),
     script:
         "../scripts/partition.py"
 

@@ -56,8 +56,8 @@ rule stage:
         stage=stage_record,
         # the method a tuning stage tunes (its spec with `tune:`), else None
         method_name=lambda w: GRID.stage_method(key(w), w.stage),
-        method=lambda w: CONFIG["methods"].get(GRID.stage_method(key(w), w.stage)),
-        preset=lambda w: GRID.preset(w.preset),
+        method=lambda w: canonical(CONFIG["methods"].get(GRID.stage_method(key(w), w.stage))),
+        preset=lambda w: canonical(GRID.preset(w.preset)),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
         code=stage_code,  # fed.identity: an edit to the code it runs reruns it, a report edit does not
         work_dir=f"{RESULTS}/work/stages/{STAGE}",
@@ -84,8 +84,10 @@ rule train:
         runtime=CONFIG["train_runtime_min"],
         gpu=CONFIG["gpu_per_job"],
     params:
-        preset=lambda w: GRID.preset(w.preset),
-        method=lambda w: CONFIG["methods"][w.method],
+        # canonical (keys sorted): Snakemake compares params by their repr, so reordering a method's or preset's
+        # keys in the YAML would rerun every cell of it
+        preset=lambda w: canonical(GRID.preset(w.preset)),
+        method=lambda w: canonical(CONFIG["methods"][w.method]),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
         code=lambda w: algorithm_code_hash(GRID.algorithm(w.method)),  # fed.identity: its method's and the engine's
         # checkpoints live outside the declared outputs, so a killed job resumes instead of restarting
