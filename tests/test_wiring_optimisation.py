@@ -13,7 +13,7 @@ from fed.algorithms.qffl import qffl_update
 ROUNDS = 3
 
 
-def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0, c0=None):
+def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0, c0=None, by_data=False):
     """NIID-Bench ``train_net_scaffold`` + ``local_train_net_scaffold`` + the scaffold branch of ``main``: after
     each ``optimizer.step()`` (SGD with momentum ρ) the weights move by −lr·(c − c_i); option II with cnt steps;
     c += Σ Δc_i / N; the global model is the n_k-weighted mean (NIID-Bench has no η_g: with one, the paper's
@@ -22,14 +22,23 @@ def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0, c0=None):
     Initialisation: ``c0 = None`` starts c and every c_i at 0 (our default; Algorithm 1 takes them as inputs).
     NIID-Bench itself starts them at a random network: ``c_global = init_nets(...)[0]``, then
     ``c_nets[i].load_state_dict(c_global.state_dict())`` for every party, so c = c_i = c0 (pass its weights as
-    ``c0``)."""
+    ``c0``).
+
+    ``by_data``: not NIID-Bench's but our ``control_average: data``, c += Σ_{i∈S} n_i/Σ_j n_j · Δc_i (j over all
+    clients)."""
     n_clients = ctx.num_clients
+    n_all = sum(len(ctx.client_data(k)[1]) for k in range(n_clients))
     x = [t.clone() for t in x0]
     c0 = [torch.zeros_like(t) for t in x] if c0 is None else c0
     c = [t.clone() for t in c0]
     c_local = {k: [t.clone() for t in c0] for k in range(n_clients)}
     for r, selected in enumerate(sampled, start=1):
-        states, sizes, total_delta = [], [], [torch.zeros_like(t) for t in x]
+        states, sizes, total_delta, data_delta = (
+            [],
+            [],
+            [torch.zeros_like(t) for t in x],
+            [torch.zeros_like(t) for t in x],
+        )
         for k in selected:
             net = load(wiring_mlp(4, 3, 1), x)
             opt = torch.optim.SGD(net.parameters(), lr=lr, momentum=momentum)
@@ -45,14 +54,19 @@ def niid_bench_scaffold(ctx, x0, sampled, lr, momentum, global_lr=1.0, c0=None):
                 cnt += 1
             y = params(net)
             c_new = [cl - cg + (xg - yl) / (cnt * lr) for cl, cg, xg, yl in zip(c_local[k], c, x, y)]
-            for acc, new, old in zip(total_delta, c_new, c_local[k]):
+            for acc, acc_n, new, old in zip(total_delta, data_delta, c_new, c_local[k]):
                 acc += new - old
+                acc_n += len(Y) / n_all * (new - old)
             c_local[k] = c_new
             states.append(y)
             sizes.append(len(Y))
         mean = [sum(s[j] * n / sum(sizes) for s, n in zip(states, sizes)) for j in range(len(x))]
         x = [xg + global_lr * (m - xg) for xg, m in zip(x, mean)]
-        c = [cg + d / n_clients for cg, d in zip(c, total_delta)]
+        c = (
+            [cg + d for cg, d in zip(c, data_delta)]
+            if by_data
+            else [cg + d / n_clients for cg, d in zip(c, total_delta)]
+        )
     return x, c, c_local
 
 
@@ -76,11 +90,31 @@ def test_scaffold_is_niid_bench_s_update_with_momentum(monkeypatch, global_lr):
     assert_close(resumed.c, c, "c after a checkpoint")
 
 
+def test_scaffold_averaging_c_by_data_share_is_its_transcription_and_not_niid_bench_s(monkeypatch):
+    """``control_average: data``: c ← c + Σ_{i∈S} p_i Δc_i with p_i = n_i / Σ_j n_j (clients of 6–9 samples, 3 of 5
+    sampled, momentum 0.5); it differs from NIID-Bench's uniform mean, so the two transcriptions tell them apart."""
+    with float64():
+        ctx = tiny_context(monkeypatch)
+        x0 = params(ctx.model)
+        scaffold = build_algorithm("scaffold", global_lr=0.7, control_average="data")
+        sampled = run_rounds(ctx, scaffold, ROUNDS)
+        x, c, c_local = niid_bench_scaffold(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, 0.7, by_data=True)
+        _, c_uniform, _ = niid_bench_scaffold(ctx, x0, sampled, ctx.cfg.lr, ctx.cfg.momentum, 0.7)
+    assert len(set(ctx.client_sizes())) > 1 and len(set(map(tuple, sampled))) > 1
+    assert_close(params(ctx.model), x, "global model")
+    assert_close(scaffold.c, c, "server control variate c")
+    for k in sorted({k for s in sampled for k in s}):
+        assert_close(ctx.clients.load(k, ROUNDS + 1)["c_i"], c_local[k], f"c_{k}")
+    assert max(float((a - b).abs().max()) for a, b in zip(c, c_uniform)) > 1e-3
+
+
 def test_scaffold_rejects_an_unknown_correction():
     with pytest.raises(ValueError, match="correction after_step\\|in_loss, got 'in_grad'"):
         build_algorithm("scaffold", correction="in_grad")
     with pytest.raises(ValueError, match="control_init zeros\\|random_net, got 'ones'"):
         build_algorithm("scaffold", control_init="ones")
+    with pytest.raises(ValueError, match="control_average uniform\\|data, got 'median'"):
+        build_algorithm("scaffold", control_average="median")
 
 
 def test_scaffold_random_net_init_is_niid_bench_s(monkeypatch):

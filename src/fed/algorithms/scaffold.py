@@ -20,6 +20,11 @@ client not yet sampled keeps c_i = w₀, and c keeps (1 − |S|/N)·w₀ after t
 participation the runs differ. Our w₀ is a model of the run's architecture, initialised from its own stream
 (``ctx.seed_int("scaffold_control_init")``) and rebuilt identically on resume. NIID-Bench's c spans the whole
 ``state_dict`` (BN buffers too); ours the parameters.
+
+Averaging c (``control_average``): the paper and NIID-Bench average the Δc_i uniformly (``uniform``, the default),
+keeping c the plain mean of the c_i, while the models are averaged by data share. ``data`` keeps c = Σ_i p_i c_i with
+p_i = n_i / Σ_j n_j over all clients instead (c ← c + Σ_{i∈S} p_i Δc_i): with clients of very unequal size the
+uniform c gives a 72-image client the weight of an 11,000-image one (a diagnostic, docs/results/dafl.md).
 """
 
 from __future__ import annotations
@@ -40,12 +45,21 @@ class Scaffold(Algorithm):
     name = "scaffold"
     vectorise = True
 
-    def __init__(self, global_lr: float = 1.0, correction: str = "after_step", control_init: str = "zeros"):
+    def __init__(
+        self,
+        global_lr: float = 1.0,
+        correction: str = "after_step",
+        control_init: str = "zeros",
+        control_average: str = "uniform",
+    ):
         if correction not in ("after_step", "in_loss"):
             raise ValueError(f"scaffold: correction after_step|in_loss, got {correction!r}")
         if control_init not in ("zeros", "random_net"):
             raise ValueError(f"scaffold: control_init zeros|random_net, got {control_init!r}")
+        if control_average not in ("uniform", "data"):
+            raise ValueError(f"scaffold: control_average uniform|data, got {control_average!r}")
         self.global_lr, self.correction, self.control_init = global_lr, correction, control_init
+        self.control_average = control_average
         self.c: list[torch.Tensor] | None = None
         self._c0: list[torch.Tensor] | None = None  # every c_i before its client's first update
 
@@ -93,9 +107,14 @@ class Scaffold(Algorithm):
         return new
 
     def server_update(self, ctx, model, results):
-        share = len(results) / ctx.num_clients
+        sizes = ctx.client_sizes()
         for j, c in enumerate(self.c):
-            c += share * torch.stack([r.extra["delta_c"][j] for r in results]).mean(0)
+            delta = torch.stack([r.extra["delta_c"][j] for r in results])
+            if self.control_average == "uniform":  # c ← c + |S|/N · mean_i Δc_i
+                c += len(results) / ctx.num_clients * delta.mean(0)
+            else:  # c ← c + Σ_{i∈S} p_i Δc_i, p_i = n_i / Σ_j n_j over all clients
+                p = torch.tensor([sizes[r.client] / sum(sizes) for r in results], dtype=delta.dtype)
+                c += torch.tensordot(p.to(delta.device), delta, dims=1)
 
     def state_dict(self):
         return {"c": self.c}
