@@ -193,8 +193,9 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             ("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_dir.yaml"),
             {"dafl_gan_loss", "dafl_gan_loss_dir"},
         ),
+        (("config/dafl_fmnist_scaffold_diag.yaml",), {"dafl_scaffold_diag"}),
     ],
-    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir"],
+    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag"],
 )
 def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_path):
     """Each DA-FL ablation (issue 42, its reading fixed in its overlay before its cells ran) trains exactly its own
