@@ -65,7 +65,12 @@ def test_hyperparameters_cover_nested_settings_and_skip_state():
     assert hyperparameters(a)["zsdg"]["iterations"] == 5
     scaffold = build_algorithm("scaffold")
     scaffold.c = [torch.zeros(3)]  # method state, not a setting: it must not change a run's identity
-    assert hyperparameters(scaffold) == {"global_lr": 1.0, "correction": "after_step", "control_init": "zeros"}
+    assert hyperparameters(scaffold) == {
+        "global_lr": 1.0,
+        "correction": "after_step",
+        "control_init": "zeros",
+        "control_average": "uniform",
+    }
     fedgen = build_algorithm("fedgen")
     before = hyperparameters(fedgen)
     fedgen._trained = True
@@ -76,5 +81,6 @@ def test_hyperparameters_cover_nested_settings_and_skip_state():
         "global_lr": 1.0,
         "correction": "after_step",
         "control_init": "zeros",
+        "control_average": "uniform",
         "table": {"a": [1, 2.5]},
     }

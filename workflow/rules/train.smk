@@ -56,7 +56,9 @@ rule stage:
         stage=stage_record,
         # the method a tuning stage tunes (its spec with `tune:`), else None
         method_name=lambda w: GRID.stage_method(key(w), w.stage),
-        method=lambda w: canonical(CONFIG["methods"].get(GRID.stage_method(key(w), w.stage))),
+        method=lambda w: canonical(
+            CONFIG["methods"].get(GRID.stage_method(key(w), w.stage))
+        ),
         preset=lambda w: canonical(GRID.preset(w.preset)),
         data_root=lambda w, input: str(Path(input.data).parents[1]),
         code=stage_code,  # fed.identity: an edit to the code it runs reruns it, a report edit does not
