@@ -107,14 +107,16 @@ class Scaffold(Algorithm):
         return new
 
     def server_update(self, ctx, model, results):
-        sizes = ctx.client_sizes()
+        if self.control_average == "data":  # c ← c + Σ_{i∈S} p_i Δc_i, p_i = n_i / Σ_j n_j over all clients
+            sizes = ctx.client_sizes()
+            p = torch.tensor([sizes[r.client] / sum(sizes) for r in results], dtype=self.c[0].dtype)
+            p = p.to(self.c[0].device)
         for j, c in enumerate(self.c):
             delta = torch.stack([r.extra["delta_c"][j] for r in results])
             if self.control_average == "uniform":  # c ← c + |S|/N · mean_i Δc_i
                 c += len(results) / ctx.num_clients * delta.mean(0)
-            else:  # c ← c + Σ_{i∈S} p_i Δc_i, p_i = n_i / Σ_j n_j over all clients
-                p = torch.tensor([sizes[r.client] / sum(sizes) for r in results], dtype=delta.dtype)
-                c += torch.tensordot(p.to(delta.device), delta, dims=1)
+            else:
+                c += torch.tensordot(p, delta, dims=1)
 
     def state_dict(self):
         return {"c": self.c}
