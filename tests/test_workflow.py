@@ -598,6 +598,61 @@ def test_reordering_a_methods_preset_or_partitions_keys_reruns_nothing(smoke_run
 
 
 @pytest.mark.slow
+def test_migrate_params_keeps_a_tree_recorded_before_canonical_params_from_rerunning(smoke_run, tmp_path):
+    """A tree built before the rules sorted their params' keys: ``fed migrate-params`` rewrites the record of an output
+    whose params changed only in key order, and puts back one whose value changed too (Snakemake judges both);
+    without --apply it says so and changes nothing."""
+    from fed.config import canonical
+    from fed.migrate import record_path
+
+    workdir = tmp_path / "work"
+    shutil.copytree(smoke_run[0], workdir, symlinks=True)
+    metadata = workdir / ".snakemake/metadata"
+    cell = "results/runs/smoke/synthetic/unimodal/{}/seed0/metrics.json"
+    reordered, revalued = cell.format("fedavg"), cell.format("fedprox")
+    assert snakemake(workdir, "-n", "--configfile", REPO / "config/smoke.yaml").stdout.count("rule train:") == 0
+    before = {}
+    for key, lr in ((reordered, None), (revalued, 0.123)):  # as an older tree recorded them: keys in another order
+        record = json.loads(record_path(metadata, key).read_text())
+        before[key] = record["params"]
+        old = []
+        for text in record["params"]:  # the params the rule sorts (not its MLflow tags, passed as built)
+            value = eval(text)  # noqa: S307 - reprs Snakemake wrote of this test's own config
+            if repr(canonical(value)) != text:
+                old.append(text)
+                continue
+            if isinstance(value, dict) and lr is not None and "lr" in value:
+                value["lr"] = lr
+            old.append(repr(reversed_keys(value)))
+        assert old != record["params"]
+        record_path(metadata, key).write_text(json.dumps(record | {"params": old}))
+    tampered = {key: record_path(metadata, key).read_text() for key in before}
+
+    def migrate(*args):
+        argv = [sys.executable, "-m", "fed.cli", "migrate-params", str(REPO / "config/smoke.yaml"), "-d", workdir]
+        return subprocess.run([*map(str, argv), *args], capture_output=True, text=True, check=True).stdout
+
+    said = migrate()
+    order, value = (
+        "params changed only in key order, their records",
+        "1 jobs (by first output): params changed in value",
+    )
+    assert f"1 jobs (by first output): {order} would be rewritten (run again with --apply)\n  {reordered}" in said
+    assert f"{value} (these rerun)\n  {revalued}" in said
+    assert {key: record_path(metadata, key).read_text() for key in before} == tampered
+    assert not (workdir / ".snakemake/fed-migrate").exists()
+    said = migrate("--apply")
+    assert f"{order} rewritten\n  {reordered}\n{value}" in said
+    assert sorted(json.loads(record_path(metadata, reordered).read_text())["params"]) == sorted(before[reordered])
+    assert record_path(metadata, revalued).read_text() == tampered[revalued]
+    (saved,) = (workdir / ".snakemake/fed-migrate").glob(f"*/{record_path(metadata, reordered).name}")
+    assert saved.read_text() == tampered[reordered]  # the record as it was, kept
+    plan = snakemake(workdir, "-n", "--configfile", REPO / "config/smoke.yaml").stdout
+    (train,) = re.findall(r"rule train:\n(?:    .*\n)*", plan)
+    assert f"output: {revalued}" in train and "Params have changed" in train
+
+
+@pytest.mark.slow
 def test_tables_rebuild_from_committed_reference_metrics_without_training(smoke_run, tmp_path):
     """`fed export-reference` copies finished cells (no weights); with `reference_dir` a fresh checkout rebuilds
     the tables from them, and trains only what the reference lacks."""

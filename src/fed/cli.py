@@ -1,5 +1,5 @@
 """``fed`` command line, for use without Snakemake: check a config, prepare data, make a partition, run one cell, run
-the cells a config still misses (campaign), export finished cells to commit."""
+the cells a config still misses (campaign), export finished cells to commit, migrate an older tree's params."""
 
 from __future__ import annotations
 
@@ -74,6 +74,15 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--write-plan", metavar="FILE", help="write the plan and stop (to run it on another machine)")
     p.add_argument("--plan", metavar="FILE", help="run this plan instead of planning")
     p.add_argument("--status", action="store_true", help="say where each job stands and what is left; run nothing")
+    p = sub.add_parser(
+        "migrate-params",
+        help="record the params of jobs whose params changed only in key order, so they do not rerun",
+        description="A tree built before the rules sorted their params' keys (2026-12-05) reads 'Params have "
+        "changed' for jobs whose values did not change (fed.migrate). Without --apply: say what would change.",
+    )
+    p.add_argument("configfiles", nargs="*", help="overlays, as for snakemake --configfile")
+    p.add_argument("-d", "--directory", default=".", help="the workflow's working directory (snakemake -d)")
+    p.add_argument("--apply", action="store_true", help="keep the rewritten records (else every record is put back)")
     args = ap.parse_args(argv)
 
     if args.cmd == "check":
@@ -132,6 +141,21 @@ def main(argv: list[str] | None = None) -> None:
         except ValueError as err:
             raise SystemExit(f"fed campaign: {err}") from None
         print(json.dumps(outcome, indent=1))
+    elif args.cmd == "migrate-params":
+        from fed.migrate import migrate
+
+        try:
+            configs = [str(Path(c).resolve()) for c in args.configfiles]
+            outcome = migrate(_repo() / "Snakefile", Path(args.directory).resolve(), configs, apply=args.apply)
+        except ValueError as err:
+            raise SystemExit(f"fed migrate-params: {err}") from None
+        done = "rewritten" if args.apply else "would be rewritten (run again with --apply)"
+        for key, says in (
+            ("migrated", f"params changed only in key order, their records {done}"),
+            ("changed", "params changed in value (these rerun)"),
+            ("unrecorded", "an output without a record file here (database persistence?), left alone"),
+        ):
+            print(f"{len(outcome[key])} jobs (by first output): {says}", *(f"  {f}" for f in outcome[key]), sep="\n")
     elif args.cmd == "export-reference":
         cells = export_reference(Path(args.results_dir), Path(args.reference_dir))
         print(f"{len(cells)} finished cells in {args.reference_dir}")
