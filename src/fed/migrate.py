@@ -76,7 +76,9 @@ def record_path(metadata: Path, key: str) -> Path:
     return metadata.joinpath(*["@" + p for p in parts[:-1]], parts[-1])
 
 
-def params_changes(snakefile: Path, workdir: Path, configfiles: list[str]) -> dict[str, tuple[list[str], list[str]]]:
+def params_changes(
+    snakefile: Path, workdir: Path, configfiles: list[str]
+) -> dict[str, tuple[list[str], list[str]] | None]:
     """Each job a dry run plans because its params changed: its outputs (joined by ', ') → (before, now) reprs.
     A job whose reason does not parse maps to None."""
     argv = [sys.executable, "-m", "snakemake", "-s", str(snakefile), "-d", str(workdir), "-n"]
