@@ -194,8 +194,9 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             {"dafl_gan_loss", "dafl_gan_loss_dir"},
         ),
         (("config/dafl_fmnist_scaffold_diag.yaml",), {"dafl_scaffold_diag"}),
+        (("config/dafl_fmnist_fedprox_seeds.yaml",), set()),  # runs over sessions
     ],
-    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag"],
+    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds"],
 )
 def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_path):
     """Each DA-FL ablation (issue 42, its reading fixed in its overlay before its cells ran) trains exactly its own
@@ -207,7 +208,7 @@ def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_
     own = {name: grid.config["tables"][name] for c in configs[1:] for name in load_yaml(c)["tables"]}
     missing = {
         name: {
-            (c["partition"], c["method"])
+            (c["partition"], c["method"], c["seed"])
             for c in grid.table_cells(table)
             if not grid.reference_is_current(c["preset"], c["dataset"], c["partition"], c["method"], c["seed"])
         }
@@ -217,7 +218,7 @@ def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_
     missing = set().union(*missing.values())
     counts = job_counts(snakemake(tmp_path, "-n", "--configfile", *map(str, configs)).stdout)
     assert counts.get("train", 0) == len(missing)
-    stages = {p for p, m in missing if grid.algorithm(m) == "dafl"}  # one GAN stage a partition
+    stages = {(p, s) for p, m, s in missing if grid.algorithm(m) == "dafl"}  # one GAN stage a partition and seed
     assert counts.get("stage", 0) == len(stages)
     assert counts.get("table", 0) >= len(own)
 
