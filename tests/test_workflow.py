@@ -1,5 +1,6 @@
 """The workflow end to end: the smoke config through Snakemake, the full config as a dry run, MLflow under load."""
 
+import ast
 import json
 import re
 import shutil
@@ -618,7 +619,7 @@ def test_migrate_params_keeps_a_tree_recorded_before_canonical_params_from_rerun
         before[key] = record["params"]
         old = []
         for text in record["params"]:  # the params the rule sorts (not its MLflow tags, passed as built)
-            value = eval(text)  # noqa: S307 - reprs Snakemake wrote of this test's own config
+            value = ast.literal_eval(text)
             if repr(canonical(value)) != text:
                 old.append(text)
                 continue
