@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
         for key, says in (
             ("migrated", f"params changed only in key order, their records {done}"),
             ("changed", "params changed in value (these rerun)"),
-            ("unrecorded", "an output without a record file here (database persistence?), left alone"),
+            ("unrecorded", "an output without a record file here, left alone"),
         ):
             print(f"{len(outcome[key])} jobs (by first output): {says}", *(f"  {f}" for f in outcome[key]), sep="\n")
     elif args.cmd == "export-reference":

@@ -10,7 +10,8 @@ every other record is put back byte for byte. The records as they were are kept 
 ``.snakemake/fed-migrate/<UTC time>/`` (same layout as ``.snakemake/metadata``).
 
 It reads and writes Snakemake's file persistence (``.snakemake/metadata``, the record layout of Snakemake 9's
-``FilePersistence``); a tree kept in the database backend has no such files, and its outputs are reported as
+``FilePersistence``). A tree kept in the database backend is not read: the dry runs use the file backend, find no
+records and so no params change, and nothing is rewritten. An output listed with no record file is reported as
 unrecorded and left alone.
 """
 
