@@ -195,7 +195,7 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             {"dafl_gan_loss", "dafl_gan_loss_dir"},
         ),
         (("config/dafl_fmnist_scaffold_diag.yaml",), {"dafl_scaffold_diag"}),
-        (("config/dafl_fmnist_fedprox_seeds.yaml",), set()),  # runs over sessions
+        (("config/dafl_fmnist_fedprox_seeds.yaml",), {"dafl_fedprox_seeds_2label"}),  # 1-Label: over sessions
     ],
     ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds"],
 )
