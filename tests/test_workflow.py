@@ -196,8 +196,9 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
         ),
         (("config/dafl_fmnist_scaffold_diag.yaml",), {"dafl_scaffold_diag"}),
         (("config/dafl_fmnist_fedprox_seeds.yaml",), {"dafl_fedprox_seeds_2label"}),  # 1-Label: over sessions
+        (("config/dafl_fmnist_dafl_seeds.yaml",), set()),  # 6 GAN stages: over sessions
     ],
-    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds"],
+    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds", "dafl_seeds"],
 )
 def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_path):
     """Each DA-FL ablation (issue 42, its reading fixed in its overlay before its cells ran) trains exactly its own
