@@ -195,7 +195,10 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             {"dafl_gan_loss", "dafl_gan_loss_dir"},
         ),
         (("config/dafl_fmnist_scaffold_diag.yaml",), {"dafl_scaffold_diag"}),
-        (("config/dafl_fmnist_fedprox_seeds.yaml",), {"dafl_fedprox_seeds_2label"}),  # 1-Label: over sessions
+        (
+            ("config/dafl_fmnist_fedprox_seeds.yaml",),
+            {"dafl_fedprox_seeds_2label", "dafl_fedprox_seeds_1label", "dafl_baselines_seeds_fedprox"},
+        ),
         (("config/dafl_fmnist_dafl_seeds.yaml",), set()),  # 6 GAN stages: over sessions
     ],
     ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds", "dafl_seeds"],
