@@ -220,6 +220,23 @@ def finish(job, stop_at, threads):
     return "done"
 
 
+def test_a_free_slot_takes_a_ready_cell_before_the_next_stage(tmp_path, monkeypatch):
+    """Stage A is done and its cells are ready; stage B, earlier in the plan (as a seed's next partition's stage is,
+    before that seed's cells), waits until they have run: their metrics can be committed, B's weights cannot.
+    Otherwise the plan's order: A's cells in theirs, B's cell after B."""
+    monkeypatch.chdir(tmp_path)
+
+    def job(kind, name, rank, needs=()):
+        return {"kind": kind, "out": name, "rank": rank, "needs": list(needs), "label": name, "args": {}}
+
+    jobs = [job("stage", "A", [0, 1, 0]), job("stage", "B", [0, 1, 0]), job("cell", "a1", [0, 1, 1], ["A"]),
+            job("cell", "a2", [0, 1, 1], ["A"]), job("cell", "b1", [0, 1, 1], ["B"])]  # fmt: skip
+    log = io.StringIO()
+    outcome = campaign.run({"version": campaign.PLAN_VERSION, "jobs": jobs}, minutes=5, jobs=1, work=finish, log=log)
+    started = [line.split()[-1] for line in log.getvalue().splitlines() if "] start " in line]
+    assert started == ["A", "a1", "a2", "B", "b1"] and outcome["done"] == started
+
+
 def test_campaigns_sharing_a_results_directory_never_run_the_same_job(tmp_path, monkeypatch):
     """A job another campaign holds (its lock: another process here) is left to it, and so is what needs it; a job
     another campaign finished after this one read its plan counts as done; no lock file outlives its job."""

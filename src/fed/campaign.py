@@ -242,8 +242,10 @@ def run(
     Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), elsewhere
     (another campaign holds its lock), waiting (not started: out of time, or an input failed or runs elsewhere). A
     worker that dies (killed, out of memory) takes the pool's other jobs with it: they start again in a new pool
-    (they resume from their checkpoints), and a job that was running when ``ATTEMPTS`` pools died fails. ``work``:
-    what a worker runs (``run_job``; tests replace it)."""
+    (they resume from their checkpoints), and a job that was running when ``ATTEMPTS`` pools died fails. A free
+    slot takes the first ready job in the plan's order, but a cell before a stage: a cell's metrics can be committed
+    (``fed export-reference``) and a stage's weights cannot, so a campaign that runs out of time, or a machine that
+    does not keep its files, loses less. ``work``: what a worker runs (``run_job``; tests replace it)."""
     work = work or run_job
     stop_at = time.time() + 60 * minutes
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -283,6 +285,7 @@ def run(
                 failed.add(j["out"])
                 outcome["waiting"].append(j["label"])
             ready = [j for j in pending if all(Path(n).exists() for n in j["needs"])]
+            ready.sort(key=lambda j: j["kind"] == "stage")  # a ready cell before a stage (the note at run)
             while ready and len(running) < jobs and time.time() < stop_at:
                 job = ready.pop(0)
                 pending.remove(job)
