@@ -78,6 +78,14 @@ def test_a_plan_runs_without_snakemake_or_mlflow_and_gives_the_workflow_s_cells(
 
     again = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
     assert again["jobs"] == []  # nothing missing any more
+    here = f"cpu {torch.backends.cpu.get_cpu_capability()}"  # the finished cells' paces, for the cells still to run
+    paces = [(alg, p["cell"], p["rounds"], p["machine"]) for alg, ps in again["paces"].items() for p in ps]
+    assert sorted(paces) == sorted(
+        (record["tracking"]["tags"]["algorithm"], f"results/{cell}/metrics.json", record["rounds_completed"], here)
+        for cell, record in ours.items()
+    )
+    assert all(p["pace"] == pytest.approx(median_round(cells(tmp_path / "results")[p["cell"][8:-13]]))
+               for ps in again["paces"].values() for p in ps)  # fmt: skip
 
 
 def test_a_cell_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run, tmp_path, monkeypatch):
@@ -442,6 +450,42 @@ def test_a_paused_round_does_not_set_a_cell_s_pace(tmp_path, monkeypatch):
     assert (rows["done"]["spent"], rows["done"]["left"]) == (7220.0, 0.0)
     # the kind's pace: 11.5 s over 4 rounds and 20 s over 3, weighted by rounds, times the 10 rounds to run
     assert rows["later"]["left"] == pytest.approx((11.5 * 4 + 20.0 * 3) / 7 * 10) and rows["later"]["estimated"]
+
+
+def median_round(record: dict) -> float:
+    seconds = sorted(r["seconds"] for r in record["history"])
+    return (seconds[(len(seconds) - 1) // 2] + seconds[len(seconds) // 2]) / 2
+
+
+def test_cells_with_no_pace_in_the_plan_take_their_algorithm_s_finished_cells_on_this_kind_of_machine(
+    tmp_path, monkeypatch
+):
+    """Where none of an algorithm's cells in the plan has run a round (a seed study's cells waiting on their GAN
+    stages), the cells the plan skipped as finished pace them, those of this kind of machine only: another kernel set
+    or a GPU runs at another pace; with a pace of their own in the plan, the plan's jobs pace them."""
+    monkeypatch.chdir(tmp_path)
+    here = f"cpu {torch.backends.cpu.get_cpu_capability()}"
+    from fed.config import FLConfig
+
+    preset = dataclasses.asdict(FLConfig(rounds=10))
+    args = {"preset": preset, "dataset": "synthetic", "tracking": {"tags": {"algorithm": "dafl"}}}
+    jobs = [{"kind": "cell", "out": f"runs/{name}/metrics.json", "rank": [0, 0, 1], "needs": [], "label": name,
+             "args": args | {"work_dir": f"work/{name}"}} for name in ("later", "stopped")]  # fmt: skip
+    paces = {"dafl": [{"cell": "a", "pace": 20.0, "rounds": 3, "machine": here},
+                      {"cell": "b", "pace": 50.0, "rounds": 5, "machine": here},
+                      {"cell": "c", "pace": 2.0, "rounds": 50, "machine": "cuda NVIDIA H200"}],
+             "fedavg": [{"cell": "d", "pace": 1.0, "rounds": 50, "machine": here}]}  # fmt: skip
+    plan = {"version": campaign.PLAN_VERSION, "jobs": jobs, "paces": paces}
+    rows = {r["job"]: r for r in campaign.status(plan)}
+    assert rows["later"]["left"] == pytest.approx((20.0 * 3 + 50.0 * 5) / 8 * 10) and rows["later"]["estimated"]
+    Path("work/stopped").mkdir(parents=True)
+    history = [{"seconds": t, "global_acc": 50.0} for t in (30.0, 40.0)]
+    torch.save({"round": 2, "history": history, "wall_seconds": 70.0}, "work/stopped/checkpoint.pt")
+    rows = {r["job"]: r for r in campaign.status(plan)}
+    assert rows["stopped"]["left"] == 35.0 * 8 and rows["later"]["left"] == pytest.approx(35.0 * 10)
+    elsewhere = {"dafl": [p | {"machine": "cuda NVIDIA H200"} for p in paces["dafl"]]}
+    rows = {r["job"]: r for r in campaign.status(plan | {"jobs": jobs[:1], "paces": elsewhere})}
+    assert rows["later"]["left"] is None and not rows["later"]["estimated"]
 
 
 def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(

@@ -66,6 +66,7 @@ def plan(
 
     jobs: dict[str, dict[str, Any]] = {}
     unaudited: list[str] = []  # cells of audited tables whose audit cannot be planned here
+    paces: dict[str, list[dict[str, Any]]] = {}  # algorithm → its finished cells' paces (``status``)
     for rank, overlays in enumerate(configs):
         grid = Grid.from_files(overlays, repo)
         config = grid.config
@@ -85,6 +86,8 @@ def plan(
         for p, d, part, m, s in sorted(wanted, key=lambda c: c[4]):  # seed 0 first (a stable sort keeps the order)
             out = grid.cell_path(p, d, part, m, s)
             finished = not out.startswith(f"{grid.results}/") or Path(out).exists()  # committed and current, or run
+            if finished and (pace := _finished_pace(out)):
+                paces.setdefault(grid.algorithm(m), []).append(pace)
             audit = (p, d, part, m, s) in audited and (not finished or _audit_missing(grid, (p, d, part, m, s)))
             if finished and audit and not Path(grid.cell_path(p, d, part, m, s, "model.pt", committed=False)).exists():
                 unaudited.append(f"{p}/{d}/{part}/{m}/seed{s}")  # committed without its audit, its model not here
@@ -126,7 +129,21 @@ def plan(
             jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, label)
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
     header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
-    return header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited}
+    return header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited, "paces": paces}
+
+
+def _finished_pace(out: str) -> dict[str, Any] | None:
+    """A finished cell's pace, which paces its algorithm's cells to run where none of them has one yet (``status``):
+    its median round's seconds, its rounds and the kind of machine it ran on (``fed.provenance.kind``)."""
+    from fed.provenance import kind
+
+    try:
+        record = json.loads(Path(out).read_text())
+        if not (pace := _median_round(record["history"])):
+            return None
+        return {"cell": out, "pace": pace, "rounds": record["rounds_completed"], "machine": kind(record)}
+    except (OSError, ValueError, KeyError, TypeError):  # not a record this code writes
+        return None
 
 
 def _audit_missing(grid, cell: tuple) -> bool:
@@ -500,9 +517,11 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     own pace so far (a cell's median round, a stage's median client's seconds a step: a campaign paused with
     ``kill -STOP`` stops the clock of one round or one client, not the pace), and for a job without a pace of its
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
-    rounds or steps), or where its work is not known yet (a stage whose partition is not written) the mean time of
-    its kind's timed jobs; None where there are none; ``summed`` — a DA-FL GAN stage, whose seconds are its
-    clients', each on one thread, summed (it trains ``--threads`` of them at once).
+    rounds or steps; cells with none in the plan, at the pace of its algorithm's finished cells the plan skipped
+    that ran on this kind of machine: ``plan``'s ``paces``), or where its work is not known yet (a stage whose
+    partition is not written) the mean time of its kind's timed jobs; None where there are none; ``summed`` — a
+    DA-FL GAN stage, whose seconds are its clients', each on one thread, summed (it trains ``--threads`` of them at
+    once).
     Progress is read for cells (their checkpoint or record), stages that run FL rounds (their runs' checkpoints:
     ``fed.runner.stage_runs``) and DA-FL's GAN stages (their clients' files)."""
     rows, found = [], []
@@ -529,16 +548,31 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
             paced.setdefault(_kind_of(job), []).append((p.rate() * p.done, p.done))
         if row["spent"] is not None and row["left"] is not None:
             whole.setdefault(_kind_of(job), []).append(row["spent"] + row["left"])
+    finished = _finished_paces(plan_.get("paces", {}))
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
         if row["left"] is not None or row["state"] == "done":
             continue
         kind = _kind_of(job)
-        if p.todo is not None and (pace := paced.get(kind)):
+        if p.todo is not None and (pace := paced.get(kind) or finished.get(kind)):
             row["left"] = sum(t for t, _ in pace) / sum(w for _, w in pace) * p.todo
         elif row["spent"] is None and (times := whole.get(kind)):
             row["left"] = sum(times) / len(times)
         row["estimated"] = row["left"] is not None
     return rows
+
+
+def _finished_paces(paces: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], list[tuple[float, int]]]:
+    """``plan``'s ``paces`` of finished cells as ``status`` weighs paces: kind → (seconds, rounds), of the cells that
+    ran on this kind of machine (another CPU kernel set or a GPU runs at another pace)."""
+    if not paces:
+        return {}
+    from fed.device import resolve_device
+    from fed.provenance import kind, machine
+
+    here = kind({"machine": machine(resolve_device("auto"))})
+    found = {("cell", alg): [(p["pace"] * p["rounds"], p["rounds"]) for p in ps if p["machine"] == here]
+             for alg, ps in paces.items()}  # fmt: skip
+    return {k: v for k, v in found.items() if v}
 
 
 def _kind_of(job: dict[str, Any]) -> tuple[str, str]:
