@@ -20,7 +20,7 @@ import pytest
 import torch
 from conftest import REPO, snakemake, write_yaml
 
-from fed import campaign
+from fed import campaign, checkpoint
 from fed.cli import export_reference
 from fed.config import FLConfig
 from fed.device import resolve_device
@@ -346,6 +346,26 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
         2.0 * (budget[0] + 1) + 3600.0,
         pytest.approx(2.0 * (sum(budget) - budget[0] - 2)),
     )
+    # both running clients paused an hour together (a campaign of two threads), then ran 2 steps at 2 s a step: the
+    # pace of a kept client is its last stretch's, between its state and the one before it (checkpoint.previous)
+    for k in (1, 2):
+        checkpoint.save(
+            work / f"client{k}.state.pt", {"key": k, "step": 1, "budget": budget[k], "seconds": 3600.0} | code
+        )
+        checkpoint.save(
+            work / f"client{k}.state.pt", {"key": k, "step": 3, "budget": budget[k], "seconds": 3604.0} | code
+        )
+    row = next(r for r in campaign.status(plan) if r["job"] == first["label"])
+    assert (row["spent"], row["left"]) == (
+        2.0 * budget[0] + 2 * 3604.0,
+        pytest.approx(2.0 * (sum(budget) - budget[0] - 6)),
+    )
+    # a state before it of another run, or of the same step (a client stopped just after keeping one), times no
+    # stretch: the clients' seconds so far over their steps, ≈ 1,201 s a step
+    torch.save({"key": "another run", "step": 1, "seconds": 3602.0} | code, work / "client1.state.prev.pt")
+    torch.save({"key": 2, "step": 3, "seconds": 3603.0} | code, work / "client2.state.prev.pt")
+    row = next(r for r in campaign.status(plan) if r["job"] == first["label"])
+    assert row["left"] == pytest.approx(3604.0 / 3 * (sum(budget) - budget[0] - 6))
 
     clients = [{"steps": b, "seconds": 3.0 * b} for b in budget]  # finished: its record says what it took
     Path(first["out"]).parent.mkdir(parents=True, exist_ok=True)

@@ -514,8 +514,9 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     stopped, ``kill -STOP``: it holds the job and does not run it), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
     seconds its finished part took; ``left`` — its work left (a cell's rounds, a GAN stage's DP-SGD steps) at its
-    own pace so far (a cell's median round, a stage's median client's seconds a step: a campaign paused with
-    ``kill -STOP`` stops the clock of one round or one client, not the pace), and for a job without a pace of its
+    own pace so far (a cell's median round, a stage's median client's seconds a step, a client with a kept state at
+    its last stretch's: a campaign paused with ``kill -STOP`` stops the clock of one round, or of the clients it
+    runs until their next kept state, not the pace), and for a job without a pace of its
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
     rounds or steps; cells with none in the plan, at the pace of its algorithm's finished cells the plan skipped
     that ran on this kind of machine: ``plan``'s ``paces``), or where its work is not known yet (a stage whose
@@ -711,9 +712,9 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
     words = [f"{len(finished)}/{len(sizes)} clients"]
     words += [f"client {k} at step {r['step']}/{budget[k]}" for k, r in sorted(kept.items())]
     words += [f"{steps:,}/{sum(budget.values()):,} steps"]
-    ran = [(r["seconds"], r["steps"]) for r in finished.values()] + [(r["seconds"], r["step"]) for r in kept.values()]
-    paces = [seconds / n for seconds, n in ran if n]
-    spent = sum(seconds for seconds, _ in ran)
+    paces = [r["seconds"] / r["steps"] for r in finished.values() if r["steps"]]
+    paces += [r["pace"] if "pace" in r else r["seconds"] / r["step"] for r in kept.values() if r["step"]]
+    spent = sum(r["seconds"] for r in [*finished.values(), *kept.values()])
     return _Progress(", ".join(words), spent, steps, todo, statistics.median(paces) if paces else None)
 
 

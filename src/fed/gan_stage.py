@@ -7,6 +7,7 @@ and discards no client's kept state. ``fed.runner.METHOD_STAGES`` loads it for t
 from __future__ import annotations
 
 import os
+import pickle
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ from typing import Any
 
 import torch
 
-from fed.checkpoint import OutOfTime
+from fed.checkpoint import OutOfTime, previous
 from fed.data.datasets import info as dataset_info
 from fed.dpgan import PSGSettings, client_code, client_record, client_request
 
@@ -121,10 +122,19 @@ def _client_files(work_dir: Path, kind: str, settings: PSGSettings | None = None
 
 def kept_states(work_dir: Path) -> dict[int, dict[str, Any]]:
     """Each client's last kept state: its step, its budget of steps (absent from states kept before it was
-    recorded) and its seconds so far."""
-    return {
-        k: {f: r[f] for f in ("step", "budget", "seconds") if f in r} for k, r in _client_files(work_dir, "state.pt")
-    }
+    recorded), its seconds so far and, where the state before it (``fed.checkpoint.previous``) is of the same run
+    and an earlier step, ``pace``: the seconds a step between the two, the client's last stretch (a pause before
+    that stretch, ``kill -STOP``, is in its seconds so far but not in its pace)."""
+    found = {}
+    for k, r in _client_files(work_dir, "state.pt"):
+        found[k] = {f: r[f] for f in ("step", "budget", "seconds") if f in r}
+        try:
+            before = torch.load(previous(work_dir / f"client{k}.state.pt"), weights_only=False, mmap=True)
+        except (OSError, RuntimeError, EOFError, pickle.UnpicklingError):  # none, or torn: no stretch to time
+            continue
+        if before.get("key") == r.get("key") and "seconds" in before and before.get("step", r["step"]) < r["step"]:
+            found[k]["pace"] = (r["seconds"] - before["seconds"]) / (r["step"] - before["step"])
+    return found
 
 
 def stage_progress(work_dir: Path, settings: PSGSettings | None = None) -> dict[str, dict[int, dict[str, Any]]]:
