@@ -387,8 +387,9 @@ def test_accuracy_curves_keep_a_method_s_colour_in_every_panel_and_count_its_div
 
 def test_accuracy_curves_of_a_seed_study_draw_each_seed_and_the_paper_s_number(monkeypatch, tmp_path):
     """per_seed and paper_table (DA-FL's seed studies): a line per seed, each its own colour, with its own values;
-    DA-FL Table 3's number of each panel and method drawn across it, dashed and black — the method's own number,
-    or the one the paper gives for every partition (centralized); a table the paper lacks fails in cells()."""
+    DA-FL Table 3's number of each panel and method drawn across it, black, each method's in its own dash — the
+    method's own number, or the one the paper gives for every partition (centralized); a table the paper lacks fails
+    in cells()."""
     from fed.reporting import figures
 
     kind = FIGURE_KINDS["accuracy_curves"]
@@ -419,6 +420,8 @@ def test_accuracy_curves_of_a_seed_study_draw_each_seed_and_the_paper_s_number(m
         "centralized: paper (90.15)": ("k", [90.15, 90.15]),  # one number for every partition
     }
     assert panels["fmnist, dir0.05"]["scaffold: paper (75.38)"] == ("k", [75.38, 75.38])
+    dashes = {line.get_label(): line.get_linestyle() for line in drawn["fig"].axes[0].lines}
+    assert (dashes["scaffold: paper (10)"], dashes["centralized: paper (90.15)"]) == ("--", ":")
     df = pd.read_csv(tmp_path / "f.csv")
     assert df.set_index(["partition", "method"]).paper_value.groupby(level=[0, 1]).first().to_dict() == {
         ("1-label", "centralized"): 90.15, ("1-label", "scaffold"): 10.0,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import textwrap
 from pathlib import Path
 
@@ -127,6 +128,7 @@ METRIC_LABELS = {
     "flea_dcor_shared": "distance correlation ρ (shared features)",
     "flea_dcor_batch": "distance correlation R per local batch",
 }
+DASHES = ("--", ":", "-.", (0, (6, 2, 1, 2, 1, 2)))  # the paper's values of a seed study's methods, one dash each
 
 
 def _colours(names) -> dict[str, str]:
@@ -148,14 +150,15 @@ def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_
     partition). ``df``: dataset, partition, method, seed, round, metric, diverged (diverged seeds are left out of
     the curve and counted in its legend entry). A method keeps its colour in every panel. ``per_seed``: a line per
     (method, seed), each in its own colour, a diverged seed's marked. A ``paper_value`` column (the paper's number
-    of each panel and method) is drawn across the panel, dashed, in the method's colour (black with ``per_seed``)."""
+    of each panel and method) is drawn across the panel, dashed, in the method's colour (with ``per_seed`` black,
+    each method's in its own dash)."""
     lines = df.method + (", seed " + df.seed.astype(str) if per_seed else "")
     colour = _colours(lines)
     panels = list(dict.fromkeys(zip(df.dataset, df.partition)))
     fig, axes = plt.subplots(1, len(panels), figsize=(4.2 * len(panels), 3.6), squeeze=False)
     for ax, (dataset, partition) in zip(axes[0], panels):
         g = df[(df.dataset == dataset) & (df.partition == partition)]
-        for method, m in g.groupby("method", sort=False):
+        for dash, (method, m) in zip(itertools.cycle(DASHES), g.groupby("method", sort=False)):
             if per_seed:
                 for seed, s in m.groupby("seed"):
                     name = f"{method}, seed {seed}"
@@ -173,8 +176,8 @@ def plot_accuracy_curves(df, out: str | Path, title: str, metric: str = "global_
                 )
             if "paper_value" in m and m.paper_value.notna().any():
                 value = m.paper_value.dropna().iloc[0]
-                line_colour = "k" if per_seed else colour[method]
-                ax.axhline(value, ls="--", lw=1, color=line_colour, label=f"{method}: paper ({value:g})")
+                style = {"ls": dash, "color": "k"} if per_seed else {"ls": "--", "color": colour[method]}
+                ax.axhline(value, lw=1, label=f"{method}: paper ({value:g})", **style)
         ax.set(title=f"{dataset}, {partition}", xlabel="communication round", ylabel=METRIC_LABELS.get(metric, metric))
         ax.legend(fontsize=7)
     _title(fig, title)
