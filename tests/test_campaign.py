@@ -508,6 +508,39 @@ def test_cells_with_no_pace_in_the_plan_take_their_algorithm_s_finished_cells_on
     assert rows["later"]["left"] is None and not rows["later"]["estimated"]
 
 
+def test_with_none_of_its_own_tables_cells_run_here_a_plan_paces_an_algorithm_by_the_config_s_other_cells(
+    tmp_path, monkeypatch
+):
+    """A plan of one table carries the paces of the config's other finished cells of the algorithms it runs, marked
+    as not its own (DA-FL's Dir(0.05) seeds, whose seed 0 ran on another CPU, paced by its 2-Label cells run here);
+    status takes them only where none of the plan's own finished cells of the algorithm ran on this kind of
+    machine."""
+    from fed.grid import Grid
+
+    monkeypatch.chdir(tmp_path)
+    here = kind({"machine": machine(resolve_device("auto"))})
+    elsewhere = "cuda NVIDIA H200" if here.startswith("cpu") else "cpu AVX2"
+    grid = Grid.from_files([str(REPO / "config/smoke.yaml")], REPO)
+    other = ("smoke", "synthetic", "dir0.5", "fedavg", 0)  # the baselines table's FedAvg, outside TABLE
+    out = Path(grid.cell_path(*other))
+    out.parent.mkdir(parents=True)
+    record = {"rounds_completed": 3, "machine": machine(resolve_device("auto")),
+              "history": [{"seconds": t} for t in (4.0, 6.0, 5.0)]}  # fmt: skip
+    out.write_text(json.dumps(record))
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
+    assert plan["paces"] == {"fedavg": [{"cell": str(out), "pace": 5.0, "rounds": 3, "machine": here,
+                                         "planned": False}]}  # fmt: skip
+    assert campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE], methods=["dafl_gamma0.01"])["paces"] == {}
+
+    own = [{"cell": "a", "pace": 20.0, "rounds": 3, "machine": here}, {"cell": "b", "pace": 2.0, "rounds": 50,
+            "machine": elsewhere}]  # fmt: skip
+    others = [{"cell": "c", "pace": 50.0, "rounds": 5, "machine": here, "planned": False},
+              {"cell": "d", "pace": 1.0, "rounds": 5, "machine": elsewhere, "planned": False}]  # fmt: skip
+    assert campaign._finished_paces({"dafl": own + others}) == {("cell", "dafl"): [(60.0, 3)]}
+    assert campaign._finished_paces({"dafl": own[1:] + others}) == {("cell", "dafl"): [(250.0, 5)]}
+    assert campaign._finished_paces({"dafl": own[1:] + others[1:]}) == {}
+
+
 def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(
     synthetic_root, tmp_path, monkeypatch
 ):

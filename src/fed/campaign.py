@@ -127,6 +127,8 @@ def plan(
                 "tracking": {"experiment": tags["paper"], "tags": tags, "live": False},  # MLflow: logged later
             }
             jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, label)
+        _add_config_paces(paces, grid, {j["args"]["tracking"]["tags"]["algorithm"] for j in jobs.values()
+                                        if j["kind"] == "cell"})  # fmt: skip
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
     header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
     return header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited, "paces": paces}
@@ -144,6 +146,22 @@ def _finished_pace(out: str) -> dict[str, Any] | None:
         return {"cell": out, "pace": pace, "rounds": record["rounds_completed"], "machine": kind(record)}
     except (OSError, ValueError, KeyError, TypeError):  # not a record this code writes
         return None
+
+
+def _add_config_paces(paces: dict[str, list[dict[str, Any]]], grid, algorithms: set[str]) -> None:
+    """The paces of the config's other finished cells (of its tables and figures the plan left out) of the
+    ``algorithms`` it has cells of to run, marked ``planned: False``: ``status`` falls back on them where none of the
+    plan's own finished cells of the algorithm ran on its kind of machine (a seed study's Dir(0.05) cells, whose
+    seed 0 ran on another CPU, paced by its 2-Label cells run here)."""
+    seen = {pace["cell"] for ps in paces.values() for pace in ps}  # the plan's own
+    for cell in dict.fromkeys(_wanted_cells(grid, None)):
+        if (algorithm := grid.algorithm(cell[3])) not in algorithms:
+            continue
+        out = grid.cell_path(*cell)
+        finished = not out.startswith(f"{grid.results}/") or Path(out).exists()
+        if out not in seen and finished and (pace := _finished_pace(out)):
+            paces.setdefault(algorithm, []).append(pace | {"planned": False})
+            seen.add(out)
 
 
 def _audit_missing(grid, cell: tuple) -> bool:
@@ -519,7 +537,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     runs until their next kept state, not the pace), and for a job without a pace of its
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
     rounds or steps; cells with none in the plan, at the pace of its algorithm's finished cells the plan skipped
-    that ran on this kind of machine: ``plan``'s ``paces``), or where its work is not known yet (a stage whose
+    that ran on this kind of machine, or where none did, of the config's other finished cells of it that did:
+    ``plan``'s ``paces``), or where its work is not known yet (a stage whose
     partition is not written) the mean time of its kind's timed jobs; None where there are none; ``summed`` — a
     DA-FL GAN stage, whose seconds are its clients', each on one thread, summed (it trains ``--threads`` of them at
     once).
@@ -564,16 +583,21 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _finished_paces(paces: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], list[tuple[float, int]]]:
     """``plan``'s ``paces`` of finished cells as ``status`` weighs paces: kind → (seconds, rounds), of the cells that
-    ran on this kind of machine (another CPU kernel set or a GPU runs at another pace)."""
+    ran on this kind of machine (another CPU kernel set or a GPU runs at another pace): those of the plan's own
+    tables, or where none of them ran here, the config's other cells (``planned: False``)."""
     if not paces:
         return {}
     from fed.device import resolve_device
     from fed.provenance import kind, machine
 
     here = kind({"machine": machine(resolve_device("auto"))})
-    found = {("cell", alg): [(p["pace"] * p["rounds"], p["rounds"]) for p in ps if p["machine"] == here]
-             for alg, ps in paces.items()}  # fmt: skip
-    return {k: v for k, v in found.items() if v}
+    found = {}
+    for alg, ps in paces.items():
+        local = [p for p in ps if p["machine"] == here]
+        own = [p for p in local if p.get("planned", True)] or local
+        if own:
+            found["cell", alg] = [(p["pace"] * p["rounds"], p["rounds"]) for p in own]
+    return found
 
 
 def _kind_of(job: dict[str, Any]) -> tuple[str, str]:
