@@ -201,8 +201,9 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             {"dafl_fedprox_seeds_2label", "dafl_fedprox_seeds_1label"},
         ),
         (("config/dafl_fmnist_dafl_seeds.yaml",), {"dafl_dafl_seeds_label", "dafl_claims_seeds"}),  # Dir(0.05) left
+        (("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_seeds.yaml"), {"dafl_gan_loss"}),
     ],
-    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds", "dafl_seeds"],
+    ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds", "dafl_seeds", "gan_loss_seeds"],
 )
 def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_path):
     """Each DA-FL ablation (issue 42, its reading fixed in its overlay before its cells ran) trains exactly its own
