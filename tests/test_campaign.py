@@ -512,8 +512,8 @@ def test_with_none_of_its_own_tables_cells_run_here_a_plan_paces_an_algorithm_by
     tmp_path, monkeypatch
 ):
     """A plan of one table carries the paces of the config's other finished cells of the algorithms it runs, marked
-    as not its own (DA-FL's Dir(0.05) seeds, whose seed 0 ran on another CPU, paced by its 2-Label cells run here);
-    status takes them only where none of the plan's own finished cells of the algorithm ran on this kind of
+    as not its own (DA-FL's Dir(0.05) seeds, whose seed 0 ran on another CPU, paced by its 1- and 2-Label cells run
+    here); status takes them only where none of the plan's own finished cells of the algorithm ran on this kind of
     machine."""
     from fed.grid import Grid
 

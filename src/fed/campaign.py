@@ -152,7 +152,7 @@ def _add_config_paces(paces: dict[str, list[dict[str, Any]]], grid, algorithms: 
     """The paces of the config's other finished cells (of its tables and figures the plan left out) of the
     ``algorithms`` it has cells of to run, marked ``planned: False``: ``status`` falls back on them where none of the
     plan's own finished cells of the algorithm ran on its kind of machine (a seed study's Dir(0.05) cells, whose
-    seed 0 ran on another CPU, paced by its 2-Label cells run here)."""
+    seed 0 ran on another CPU, paced by its 1-Label and 2-Label cells run here)."""
     seen = {pace["cell"] for ps in paces.values() for pace in ps}  # the plan's own
     for cell in dict.fromkeys(_wanted_cells(grid, None)):
         if (algorithm := grid.algorithm(cell[3])) not in algorithms:
