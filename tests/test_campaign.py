@@ -368,11 +368,14 @@ def test_a_gan_stage_s_time_left_is_its_clients_steps_left_at_the_pace_so_far(tm
     assert row["left"] == pytest.approx(3604.0 / 3 * (sum(budget) - budget[0] - 6))
 
     clients = [{"steps": b, "seconds": 3.0 * b} for b in budget]  # finished: its record says what it took
+    clients[0]["seconds"] += 3600.0  # paused an hour (kill -STOP): in its seconds, not in the stage's pace
     Path(first["out"]).parent.mkdir(parents=True, exist_ok=True)
     torch.save({"clients": clients}, first["out"])
-    row = next(r for r in campaign.status(plan) if r["job"] == first["label"])
+    rows = {r["job"]: r for r in campaign.status(plan)}
+    row, later = rows[first["label"]], rows[second["label"]]
     assert (row["state"], row["progress"], row["spent"], row["left"]) == (
-        "done", f"{len(budget)} clients, {sum(budget):,} steps", 3.0 * sum(budget), 0.0)  # fmt: skip
+        "done", f"{len(budget)} clients, {sum(budget):,} steps", 3.0 * sum(budget) + 3600.0, 0.0)  # fmt: skip
+    assert later["left"] == pytest.approx(3.0 * sum(other))  # the median client's pace, 3 s a step
 
 
 def test_a_stage_of_fl_rounds_out_of_time_checkpoints_and_the_next_call_finishes_it(smoke_run, tmp_path, monkeypatch):

@@ -709,7 +709,8 @@ def _runs_progress(runs: list[tuple[Path, int | None]], running: bool = False) -
 
 def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
     """A DA-FL GAN stage: its clients finished and the step each stopped one kept, against the steps each client's
-    schedule and budget allow (``PSGSettings.steps`` of its training split's size)."""
+    schedule and budget allow (``PSGSettings.steps`` of its training split's size); its pace, done or not, is its
+    median client's seconds a step."""
     import torch
 
     from fed.dpgan import PSGSettings
@@ -719,7 +720,9 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
         try:
             clients = torch.load(job["out"], weights_only=False, map_location="cpu")["clients"]
             steps = sum(c["steps"] for c in clients)
-            return _Progress(f"{len(clients)} clients, {steps:,} steps", sum(c["seconds"] for c in clients), steps, 0)
+            words, spent = f"{len(clients)} clients, {steps:,} steps", sum(c["seconds"] for c in clients)
+            paces = [c["seconds"] / c["steps"] for c in clients if c["steps"]]  # a paused client's is not the pace
+            return _Progress(words, spent, steps, 0, statistics.median(paces) if paces else None)
         except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):  # not a stage this code wrote
             return _Progress()
     if not Path(partition := job["args"]["partition_file"]).exists():
