@@ -200,7 +200,10 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             ("config/dafl_fmnist_fedprox_seeds.yaml",),
             {"dafl_fedprox_seeds_2label", "dafl_fedprox_seeds_1label"},
         ),
-        (("config/dafl_fmnist_dafl_seeds.yaml",), {"dafl_dafl_seeds_label", "dafl_claims_seeds"}),  # Dir(0.05) left
+        (
+            ("config/dafl_fmnist_dafl_seeds.yaml",),
+            {"dafl_dafl_seeds_label", "dafl_claims_seeds", "dafl_dafl_seeds_dir"},
+        ),
         (("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_seeds.yaml"), {"dafl_gan_loss"}),
     ],
     ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds", "dafl_seeds", "gan_loss_seeds"],
