@@ -21,10 +21,10 @@ import torch
 from conftest import REPO, snakemake, write_yaml
 
 from fed import campaign, checkpoint
-from fed.cli import export_reference
 from fed.config import FLConfig
 from fed.device import resolve_device
 from fed.dpgan import PSGSettings, client_code
+from fed.export import export_reference
 from fed.provenance import kind, machine
 
 TABLE = "dafl_table3"  # a table with a preparatory stage (DA-FL's GANs): data, partitions, stages, cells

@@ -12,7 +12,7 @@ from test_tracking import cell  # noqa: F401 (the fixture: a tiny tracked FedAvg
 
 from fed import engine as engine_module
 from fed import provenance
-from fed.cli import export_reference
+from fed.export import export_reference
 from fed.grid import Grid
 from fed.reference import stale_reasons
 from fed.reporting.tables import build_table, collect_runs, machine_note, mixes_machines

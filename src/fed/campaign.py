@@ -83,6 +83,8 @@ def plan(
                 raise ValueError(f"no partition {sorted(unknown)} in the config")
             wanted = [c for c in wanted if c[2] in partitions]
         audited = set(_wanted_cells(grid, tables, audited=True))
+        reference = config.get("reference_dir")
+        export = {"results": grid.results, "reference": reference} if reference else None
         for p, d, part, m, s in sorted(wanted, key=lambda c: c[4]):  # seed 0 first (a stable sort keeps the order)
             out = grid.cell_path(p, d, part, m, s)
             finished = not out.startswith(f"{grid.results}/") or Path(out).exists()  # committed and current, or run
@@ -108,6 +110,7 @@ def plan(
                         "benchmark": str(Path(cell).with_name("benchmark.tsv"))}  # fmt: skip
                 audit_out = str(Path(cell).with_name("audit.json"))
                 jobs[audit_out] = _job("audit", audit_out, [rank, s, 2], [cell, *needs, *paths.values()], args, label)
+                jobs[audit_out]["export"] = export
             if finished:
                 continue
             spec = config["methods"][m]
@@ -127,6 +130,7 @@ def plan(
                 "tracking": {"experiment": tags["paper"], "tags": tags, "live": False},  # MLflow: logged later
             }
             jobs[out] = _job("cell", out, [rank, s, 1], [*needs, *paths.values()], args, label)
+            jobs[out]["export"] = export  # where ``run(export=True)`` commits it: the config's reference_dir
         _add_config_paces(paces, grid, {j["args"]["tracking"]["tags"]["algorithm"] for j in jobs.values()
                                         if j["kind"] == "cell"})  # fmt: skip
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
@@ -272,6 +276,7 @@ def run(
     threads: int | None = None,
     log: TextIO = sys.stderr,
     work: Callable[[dict[str, Any], float, int], str] | None = None,
+    export: bool = False,
 ) -> dict[str, list[str]]:
     """Run the plan's jobs for ``minutes``, ``jobs`` at once with ``threads`` each (default: the CPUs shared out).
     Returns the jobs by outcome: done, checkpointed (a cell that ran out of time), failed (with the error), elsewhere
@@ -280,7 +285,9 @@ def run(
     (they resume from their checkpoints), and a job that was running when ``ATTEMPTS`` pools died fails. A free
     slot takes the first ready job in the plan's order, but a cell before a stage: a cell's metrics can be committed
     (``fed export-reference``) and a stage's weights cannot, so a campaign that runs out of time, or a machine that
-    does not keep its files, loses less. ``work``: what a worker runs (``run_job``; tests replace it)."""
+    does not keep its files, loses less. ``export``: each cell, once done (and again once its audit is), is copied
+    to its config's ``reference_dir`` (``fed.export``), ready to commit; a cell whose config has none is an error
+    before any job starts. ``work``: what a worker runs (``run_job``; tests replace it)."""
     work = work or run_job
     stop_at = time.time() + 60 * minutes
     threads = threads or max(1, (os.cpu_count() or 1) // jobs)
@@ -289,6 +296,8 @@ def run(
     missing = sorted({n for j in pending for n in j["needs"] if n not in made and not Path(n).exists()})
     if missing:
         raise ValueError(f"inputs neither planned nor present: {missing} (plan again where they are, or copy them)")
+    if export and (nowhere := [j["label"] for j in pending if j["kind"] in ("cell", "audit") and not j.get("export")]):
+        raise ValueError(f"--export: no reference_dir in the config of {len(nowhere)} cells (the first: {nowhere[0]})")
     outcome: dict[str, list[str]] = {"done": [], "checkpointed": [], "failed": [], "elsewhere": [], "waiting": []}
     claims: dict[str, Any] = {}  # output -> the open, locked lock file of a job this campaign runs
     failed: set[str] = set()
@@ -363,6 +372,8 @@ def run(
                     continue
                 outcome[status].append(job["label"])
                 say(f"{status} {job['kind']} {job['label']}")
+                if export and status == "done" and job.get("export"):
+                    say(_export(job))
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         for out, claim in claims.items():
@@ -374,6 +385,20 @@ def run(
         f"{len(outcome['failed'])} failed, {len(outcome['elsewhere'])} elsewhere, {len(outcome['waiting'])} waiting"
     )
     return outcome
+
+
+def _export(job: dict[str, Any]) -> str:
+    """A done cell (or its audit) copied to its config's reference_dir; what happened, in words. A failed copy is
+    said, not raised: the cell stays done in results_dir, and ``fed export-reference`` can copy it later."""
+    from fed.export import export_reference
+
+    results, reference = Path(job["export"]["results"]), Path(job["export"]["reference"])
+    cell = str(Path(job["out"]).parent.relative_to(results / "runs"))
+    try:
+        export_reference(results, reference, [cell])
+    except (OSError, ValueError) as err:
+        return f"NOT EXPORTED {job['label']}: {type(err).__name__}: {err}"
+    return f"exported {job['label']} to {reference} (to commit)"
 
 
 _CAMPAIGN: int | None = None  # in a worker: its campaign's pid

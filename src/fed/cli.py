@@ -50,6 +50,11 @@ def main(argv: list[str] | None = None) -> None:
     )
     p.add_argument("results_dir", help="a workflow's results_dir (its runs/ are read)")
     p.add_argument("reference_dir", help="e.g. reference/fmnist (set as reference_dir in the config)")
+    p.add_argument(
+        "--cell",
+        action="append",
+        help="only this cell, as a path under runs/ (e.g. dafl/fmnist/1-label/fedavg/seed0; repeatable)",
+    )
     p = sub.add_parser(
         "analyse",
         help="every analysis of the head-to-head protocol on a leaderboard's cells (docs/headtohead-protocol.md)",
@@ -74,6 +79,11 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--write-plan", metavar="FILE", help="write the plan and stop (to run it on another machine)")
     p.add_argument("--plan", metavar="FILE", help="run this plan instead of planning")
     p.add_argument("--status", action="store_true", help="say where each job stands and what is left; run nothing")
+    p.add_argument(
+        "--export",
+        action="store_true",
+        help="copy each cell, once done, to its config's reference_dir, ready to commit (as fed export-reference)",
+    )
     p = sub.add_parser(
         "migrate-params",
         help="record the params of jobs whose params changed only in key order, so they do not rerun",
@@ -137,7 +147,7 @@ def main(argv: list[str] | None = None) -> None:
                 campaign.write_plan(todo, args.write_plan)
                 print(f"{len(todo['jobs'])} jobs planned in {args.write_plan}")
                 return
-            outcome = campaign.run(todo, args.minutes, args.jobs, args.threads)
+            outcome = campaign.run(todo, args.minutes, args.jobs, args.threads, export=args.export)
         except ValueError as err:
             raise SystemExit(f"fed campaign: {err}") from None
         print(json.dumps(outcome, indent=1))
@@ -157,7 +167,12 @@ def main(argv: list[str] | None = None) -> None:
         ):
             print(f"{len(outcome[key])} jobs (by first output): {says}", *(f"  {f}" for f in outcome[key]), sep="\n")
     elif args.cmd == "export-reference":
-        cells = export_reference(Path(args.results_dir), Path(args.reference_dir))
+        from fed.export import export_reference
+
+        try:
+            cells = export_reference(Path(args.results_dir), Path(args.reference_dir), args.cell)
+        except ValueError as err:
+            raise SystemExit(f"fed export-reference: {err}") from None
         print(f"{len(cells)} finished cells in {args.reference_dir}")
     elif args.cmd == "partition":
         from fed.data.datasets import load_labels
@@ -200,38 +215,6 @@ def main(argv: list[str] | None = None) -> None:
         except (PartitionError, DatasetUnavailableError) as err:  # inputs it cannot use, before any round
             ap.error(str(err))
         print(json.dumps(rec["last"] | {"diverged": rec["diverged"]}, default=str))
-
-
-def export_reference(results: Path, reference: Path) -> list[str]:
-    """Copy every finished cell (``metrics.json`` written last, atomically) with its ``history.csv`` (and its
-    ``audit.json`` and job ``benchmark.tsv`` where there are) from
-    ``results/runs`` to ``reference/runs``, and list them in ``reference/MANIFEST.json`` with the commit of the code
-    that ran them (as the cell recorded it; else the results folder's checkout now). Returns the cells, as paths
-    relative to ``runs/``."""
-    import shutil
-
-    from fed.runner import partition_spec
-    from fed.tracking import git_commit
-
-    cells = sorted(str(m.parent.relative_to(results / "runs")) for m in (results / "runs").glob("**/metrics.json"))
-    commits = {}
-    for cell in cells:
-        (reference / "runs" / cell).mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(results / "runs" / cell / "history.csv", reference / "runs" / cell / "history.csv")
-        for extra in ("audit.json", "benchmark.tsv"):  # an audited table's leakage and bytes; the job's peak memory
-            if (results / "runs" / cell / extra).exists():
-                shutil.copyfile(results / "runs" / cell / extra, reference / "runs" / cell / extra)
-        record = json.loads((results / "runs" / cell / "metrics.json").read_text())
-        part = results.parent / record["partition_file"]
-        if "partition" not in record and part.exists():  # cells run before metrics.json recorded it
-            record["partition"] = partition_spec(part)
-        (reference / "runs" / cell / "metrics.json").write_text(json.dumps(record, indent=1))
-        commits[cell] = record.get("tracking", {}).get("tags", {}).get("git_commit") or git_commit(results)
-    manifest = reference / "MANIFEST.json"
-    old = json.loads(manifest.read_text()) if manifest.exists() else {"cells": {}}
-    old["cells"].update(commits)
-    manifest.write_text(json.dumps(old, indent=1, sort_keys=True))
-    return cells
 
 
 def pd_options():
