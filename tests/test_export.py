@@ -117,7 +117,7 @@ def test_a_campaign_with_export_copies_each_cell_as_it_finishes_and_refuses_a_ce
     }
     assert not Path("reference/x/runs/p/d/iid/fedavg/seed0/model.pt").exists()
     plan = {"version": campaign.PLAN_VERSION, "jobs": [cell(2), cell(3, export=None)]}
-    with pytest.raises(ValueError, match="no reference_dir in the config of 1 cells \\(the first: seed3\\)"):
+    with pytest.raises(ValueError, match="no reference_dir for 1 cells \\(the first: seed3\\): their config sets none"):
         campaign.run(plan, minutes=5, work=train, export=True)
     assert not Path("results/runs/p/d/iid/fedavg/seed2").exists()  # no job ran
 
@@ -143,5 +143,5 @@ def test_campaign_s_export_flag_reaches_the_run_and_its_error_is_clear(tmp_path)
     (tmp_path / "plan.json").write_text(json.dumps({"version": campaign.PLAN_VERSION, "jobs": [job]}))
     argv = [sys.executable, "-m", "fed", "campaign", "--plan", "plan.json", "--minutes", "1", "--export"]
     proc = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True)
-    assert proc.returncode == 1 and "fed campaign: --export: no reference_dir in the config of 1 cells" in proc.stderr
+    assert proc.returncode == 1 and "fed campaign: --export: no reference_dir for 1 cells" in proc.stderr
     assert not (tmp_path / "results").exists()

@@ -297,7 +297,8 @@ def run(
     if missing:
         raise ValueError(f"inputs neither planned nor present: {missing} (plan again where they are, or copy them)")
     if export and (nowhere := [j["label"] for j in pending if j["kind"] in ("cell", "audit") and not j.get("export")]):
-        raise ValueError(f"--export: no reference_dir in the config of {len(nowhere)} cells (the first: {nowhere[0]})")
+        raise ValueError(f"--export: no reference_dir for {len(nowhere)} cells (the first: {nowhere[0]}): their config "
+                         "sets none, or the plan was written before plans recorded it (plan again)")  # fmt: skip
     outcome: dict[str, list[str]] = {"done": [], "checkpointed": [], "failed": [], "elsewhere": [], "waiting": []}
     claims: dict[str, Any] = {}  # output -> the open, locked lock file of a job this campaign runs
     failed: set[str] = set()
