@@ -24,11 +24,12 @@ def export_reference(results: Path, reference: Path, cells: list[str] | None = N
     from fed.tracking import git_commit
 
     runs = results / "runs"
-    finished = sorted(str(m.parent.relative_to(runs)) for m in runs.glob("**/metrics.json"))
-    if cells is not None:
-        if missing := sorted(set(cells) - set(finished)):
-            raise ValueError(f"not finished under {runs} (no metrics.json): {missing}")
-        finished = sorted(set(cells))
+    if cells is None:
+        finished = sorted(str(m.parent.relative_to(runs)) for m in runs.glob("**/metrics.json"))
+    elif missing := sorted(c for c in set(cells) if not (runs / c / "metrics.json").exists()):
+        raise ValueError(f"not finished under {runs} (no metrics.json): {missing}")
+    else:
+        finished = sorted(set(cells))  # named: no walk of the whole tree for each cell a campaign exports
     commits = {}
     for cell in finished:
         source, target = runs / cell, reference / "runs" / cell
