@@ -544,6 +544,40 @@ def test_with_none_of_its_own_tables_cells_run_here_a_plan_paces_an_algorithm_by
     assert campaign._finished_paces({"dafl": own[1:] + others[1:]}) == {}
 
 
+def test_a_gan_stage_not_started_is_paced_by_the_config_s_finished_stages_clients_on_this_kind_of_machine(
+    tmp_path, monkeypatch
+):
+    """Before any of its clients has taken a step, a GAN stage's time left is its steps at the seconds a step of the
+    config's finished GAN stages, of their clients that ran on this kind of machine (each client's record names
+    its machine; one that names none, trained before they did, paces nothing); the plan carries those paces."""
+    monkeypatch.chdir(tmp_path)
+    here = machine(resolve_device("auto"))
+    elsewhere = {"gpu": "NVIDIA H200"} if kind({"machine": here}).startswith("cpu") else {"cpu_capability": "AVX2"}
+    first, second = [j for j in campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])["jobs"]
+                     if j["kind"] == "stage"]  # fmt: skip
+    clients = [{"steps": 10, "seconds": 30.0, "machine": here}, {"steps": 20, "seconds": 100.0, "machine": here},
+               {"steps": 40, "seconds": 60.0, "machine": here}, {"steps": 5, "seconds": 1.0, "machine": elsewhere},
+               {"steps": 7, "seconds": 70.0}, {"steps": 0, "seconds": 0.0, "machine": here}]  # fmt: skip
+    Path(first["out"]).parent.mkdir(parents=True)
+    torch.save({"clients": clients}, first["out"])  # seed 0's stage finished
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, [TABLE])
+    assert plan["stage_paces"] == {"dp_cgan": [
+        {"stage": first["out"], "pace": 3.0, "steps": 70, "machine": kind({"machine": here})},  # median of 3, 5, 1.5
+        {"stage": first["out"], "pace": 0.2, "steps": 5, "machine": kind({"machine": elsewhere})},
+        {"stage": first["out"], "pace": 10.0, "steps": 7, "machine": "not recorded"}]}  # fmt: skip
+    for job in plan["jobs"]:  # seed 1's partition: its clients' steps are known
+        if job["kind"] in ("data", "partition") and job["out"] in second["needs"]:
+            assert campaign.run_job(job, time.time() + 600, 1) == "done"
+    sizes = [len(c["train"]) for c in json.loads(Path(second["args"]["partition_file"]).read_text())["clients"]]
+    steps = sum(PSGSettings.from_params(second["args"]["stage"]["params"]).steps(n)[3] for n in sizes)
+    row = next(r for r in campaign.status(plan) if r["job"] == second["label"])
+    assert (row["state"], row["spent"], row["estimated"]) == ("ready", None, True)
+    assert row["left"] == pytest.approx(3.0 * steps)
+    moved = {"dp_cgan": [p for p in plan["stage_paces"]["dp_cgan"] if p["pace"] != 3.0]}  # none ran here
+    row = next(r for r in campaign.status(plan | {"stage_paces": moved}) if r["job"] == second["label"])
+    assert row["left"] is None and not row["estimated"]
+
+
 def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(
     synthetic_root, tmp_path, monkeypatch
 ):

@@ -67,6 +67,7 @@ def plan(
     jobs: dict[str, dict[str, Any]] = {}
     unaudited: list[str] = []  # cells of audited tables whose audit cannot be planned here
     paces: dict[str, list[dict[str, Any]]] = {}  # algorithm → its finished cells' paces (``status``)
+    stage_paces: dict[str, list[dict[str, Any]]] = {}  # stage kind → its finished stages' paces (``status``)
     for rank, overlays in enumerate(configs):
         grid = Grid.from_files(overlays, repo)
         config = grid.config
@@ -133,9 +134,12 @@ def plan(
             jobs[out]["export"] = export  # where ``run(export=True)`` commits it: the config's reference_dir
         _add_config_paces(paces, grid, {j["args"]["tracking"]["tags"]["algorithm"] for j in jobs.values()
                                         if j["kind"] == "cell"})  # fmt: skip
+        if any(j["kind"] == "stage" and j["args"]["stage"]["kind"] == "dp_cgan" for j in jobs.values()):
+            _add_gan_stage_paces(stage_paces, grid)
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
     header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
-    return header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited, "paces": paces}
+    plan_ = header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited, "paces": paces}
+    return plan_ | {"stage_paces": stage_paces}
 
 
 def _finished_pace(out: str) -> dict[str, Any] | None:
@@ -166,6 +170,38 @@ def _add_config_paces(paces: dict[str, list[dict[str, Any]]], grid, algorithms: 
         if out not in seen and finished and (pace := _finished_pace(out)):
             paces.setdefault(algorithm, []).append(pace | {"planned": False})
             seen.add(out)
+
+
+def _add_gan_stage_paces(stage_paces: dict[str, list[dict[str, Any]]], grid) -> None:
+    """The paces of the config's finished DA-FL GAN stages (``_gan_stage_paces``), which pace its stages to run
+    before any of their clients has taken a step (``status``)."""
+    seen = {pace["stage"] for pace in stage_paces.get("dp_cgan", [])}
+    for key, stages in grid.stages.items():
+        for stage in stages.values():
+            out = grid.stage_path(*key, stage)
+            if stage.kind == "dp_cgan" and out not in seen and Path(out).exists():
+                stage_paces.setdefault("dp_cgan", []).extend(_gan_stage_paces(out))
+                seen.add(out)
+
+
+def _gan_stage_paces(out: str) -> list[dict[str, Any]]:
+    """A finished GAN stage's paces, one for each kind of machine its clients ran on (``fed.provenance.kind`` of the
+    machine each client's record names; ``not recorded`` for clients trained before they named one): its median
+    client's seconds a DP-SGD step there, and those clients' steps."""
+    import torch
+
+    from fed.provenance import kind
+
+    try:
+        clients = torch.load(out, weights_only=False, map_location="cpu", mmap=True)["clients"]
+    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):  # not a stage this writes
+        return []
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for c in clients:
+        if c.get("steps"):
+            by_kind.setdefault(kind(c), []).append(c)
+    return [{"stage": out, "pace": statistics.median(c["seconds"] / c["steps"] for c in cs),
+             "steps": sum(c["steps"] for c in cs), "machine": k} for k, cs in by_kind.items()]  # fmt: skip
 
 
 def _audit_missing(grid, cell: tuple) -> bool:
@@ -564,7 +600,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
     rounds or steps; cells with none in the plan, at the pace of its algorithm's finished cells the plan skipped
     that ran on this kind of machine, or where none did, of the config's other finished cells of it that did:
-    ``plan``'s ``paces``), or where its work is not known yet (a stage whose
+    ``plan``'s ``paces``; DA-FL GAN stages with none in the plan, at the config's finished ones' clients that ran
+    on this kind of machine: ``stage_paces``), or where its work is not known yet (a stage whose
     partition is not written) the mean time of its kind's timed jobs; None where there are none; ``summed`` — a
     DA-FL GAN stage, whose seconds are its clients', each on one thread, summed (it trains ``--threads`` of them at
     once).
@@ -594,7 +631,7 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
             paced.setdefault(_kind_of(job), []).append((p.rate() * p.done, p.done))
         if row["spent"] is not None and row["left"] is not None:
             whole.setdefault(_kind_of(job), []).append(row["spent"] + row["left"])
-    finished = _finished_paces(plan_.get("paces", {}))
+    finished = _finished_paces(plan_.get("paces", {}), plan_.get("stage_paces", {}))
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
         if row["left"] is not None or row["state"] == "done":
             continue
@@ -607,11 +644,14 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     return rows
 
 
-def _finished_paces(paces: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, str], list[tuple[float, int]]]:
-    """``plan``'s ``paces`` of finished cells as ``status`` weighs paces: kind → (seconds, rounds), of the cells that
-    ran on this kind of machine (another CPU kernel set or a GPU runs at another pace): those of the plan's own
-    tables, or where none of them ran here, the config's other cells (``planned: False``)."""
-    if not paces:
+def _finished_paces(
+    paces: dict[str, list[dict[str, Any]]], stage_paces: dict[str, list[dict[str, Any]]] | None = None
+) -> dict[tuple[str, str], list[tuple[float, int]]]:
+    """``plan``'s ``paces`` of finished cells and ``stage_paces`` of finished stages as ``status`` weighs paces:
+    kind → (seconds, rounds or steps), of those that ran on this kind of machine (another CPU kernel set or a GPU
+    runs at another pace): the cells of the plan's own tables, or where none of them ran here, the config's other
+    cells (``planned: False``); the config's GAN stages, each of their clients that ran here."""
+    if not paces and not stage_paces:
         return {}
     from fed.device import resolve_device
     from fed.provenance import kind, machine
@@ -623,6 +663,9 @@ def _finished_paces(paces: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, s
         own = [p for p in local if p.get("planned", True)] or local
         if own:
             found["cell", alg] = [(p["pace"] * p["rounds"], p["rounds"]) for p in own]
+    for stage_kind, ps in (stage_paces or {}).items():
+        if local := [(p["pace"] * p["steps"], p["steps"]) for p in ps if p["machine"] == here]:
+            found["stage", stage_kind] = local
     return found
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import torch
 
+from fed import provenance
 from fed.checkpoint import OutOfTime, previous
 from fed.data.datasets import info as dataset_info
 from fed.dpgan import PSGSettings, client_code, client_record, client_request
@@ -29,6 +30,12 @@ OUT_OF_TIME = 75  # a client process's exit status when it stopped at ``stop_at`
 def _save(record: dict[str, Any], path: Path) -> None:
     torch.save(record, path.with_suffix(".tmp"))
     path.with_suffix(".tmp").replace(path)  # whole or absent: a killed stage resumes at the next unfinished client
+
+
+def _train(request: dict[str, Any], progress=None) -> dict[str, Any]:
+    """One client's PSG (``fed.dpgan.client_record``) and the machine it finished on (``fed.provenance.machine``),
+    by which ``fed campaign --status`` paces the stages still to run on the same kind of machine."""
+    return client_record(request, progress) | {"machine": provenance.machine(request.get("device", "cpu"))}
 
 
 def _late(request: dict[str, Any]) -> bool:
@@ -62,7 +69,7 @@ def train_clients(
                 raise OutOfTime(f"client {k} not started")
             if progress:
                 print(f"client {k}: {len(req['y'])} samples", file=progress, flush=True)
-            _save(client_record(req, progress), work_dir / f"client{k}.pt")
+            _save(_train(req, progress), work_dir / f"client{k}.pt")
             done(k)
         return
 
@@ -197,6 +204,6 @@ def run_stage(job: Any) -> None:
 if __name__ == "__main__":  # one client of train_clients: python -m fed.gan_stage REQUEST OUT
     torch.set_num_threads(1)
     try:
-        _save(client_record(torch.load(sys.argv[1], weights_only=False), sys.stdout), Path(sys.argv[2]))
+        _save(_train(torch.load(sys.argv[1], weights_only=False), sys.stdout), Path(sys.argv[2]))
     except OutOfTime:
         sys.exit(OUT_OF_TIME)
