@@ -374,6 +374,7 @@ def test_the_gan_stage_trains_clients_at_once_in_processes_of_their_own_as_it_tr
     for a, b in zip(one["clients"], two["clients"], strict=True):
         apart = ("generator", "seconds", "machine")  # generators compared below; a client process has one thread
         assert {k: v for k, v in a.items() if k not in apart} == {k: v for k, v in b.items() if k not in apart}
+        assert kind(b) == kind(a)  # a client process names its machine too
         for name, tensor in a["generator"].items():
             assert torch.equal(tensor, b["generator"][name]), name
 
