@@ -188,20 +188,32 @@ def _gan_stage_paces(out: str) -> list[dict[str, Any]]:
     """A finished GAN stage's paces, one for each kind of machine its clients ran on (``fed.provenance.kind`` of the
     machine each client's record names; ``not recorded`` for clients trained before they named one): its median
     client's seconds a DP-SGD step there, and those clients' steps."""
-    import torch
-
     from fed.provenance import kind
 
-    try:
-        clients = torch.load(out, weights_only=False, map_location="cpu", mmap=True)["clients"]
-    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):  # not a stage this writes
-        return []
     by_kind: dict[str, list[dict[str, Any]]] = {}
-    for c in clients:
+    for c in _stage_clients(out) or []:
         if c.get("steps"):
             by_kind.setdefault(kind(c), []).append(c)
-    return [{"stage": out, "pace": statistics.median(c["seconds"] / c["steps"] for c in cs),
-             "steps": sum(c["steps"] for c in cs), "machine": k} for k, cs in by_kind.items()]  # fmt: skip
+    return [{"stage": out, "pace": _median_client(cs), "steps": sum(c["steps"] for c in cs), "machine": k}
+            for k, cs in by_kind.items()]  # fmt: skip
+
+
+def _stage_clients(out: str) -> list[dict[str, Any]] | None:
+    """A finished GAN stage's client records (steps, seconds, ε, machine; generators memory-mapped, not read);
+    None for a file that is not a stage this code writes."""
+    import torch
+
+    try:
+        return torch.load(out, weights_only=False, map_location="cpu", mmap=True)["clients"]
+    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):
+        return None
+
+
+def _median_client(clients: list[dict[str, Any]]) -> float | None:
+    """The median client's seconds a DP-SGD step (a client paused while it trained does not set it); None
+    without a client that stepped."""
+    paces = [c["seconds"] / c["steps"] for c in clients if c["steps"]]
+    return statistics.median(paces) if paces else None
 
 
 def _audit_missing(grid, cell: tuple) -> bool:
@@ -780,20 +792,16 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
     """A DA-FL GAN stage: its clients finished and the step each stopped one kept, against the steps each client's
     schedule and budget allow (``PSGSettings.steps`` of its training split's size); its pace, done or not, is its
     median client's seconds a step."""
-    import torch
 
     from fed.dpgan import PSGSettings
     from fed.gan_stage import stage_progress
 
     if done:
-        try:
-            clients = torch.load(job["out"], weights_only=False, map_location="cpu")["clients"]
-            steps = sum(c["steps"] for c in clients)
-            words, spent = f"{len(clients)} clients, {steps:,} steps", sum(c["seconds"] for c in clients)
-            paces = [c["seconds"] / c["steps"] for c in clients if c["steps"]]  # a paused client's is not the pace
-            return _Progress(words, spent, steps, 0, statistics.median(paces) if paces else None)
-        except (pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):  # not a stage this code wrote
+        if (clients := _stage_clients(job["out"])) is None:  # not a stage this code wrote
             return _Progress()
+        steps = sum(c["steps"] for c in clients)
+        words, spent = f"{len(clients)} clients, {steps:,} steps", sum(c["seconds"] for c in clients)
+        return _Progress(words, spent, steps, 0, _median_client(clients))
     if not Path(partition := job["args"]["partition_file"]).exists():
         return _Progress()
     settings = PSGSettings.from_params(job["args"]["stage"]["params"])
