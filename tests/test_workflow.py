@@ -204,7 +204,10 @@ def test_dafl_fmnist_column_rebuilds_from_its_committed_cells(tmp_path):
             ("config/dafl_fmnist_dafl_seeds.yaml",),
             {"dafl_dafl_seeds_label", "dafl_claims_seeds", "dafl_dafl_seeds_dir"},
         ),
-        (("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_seeds.yaml"), {"dafl_gan_loss"}),
+        (
+            ("config/dafl_fmnist_gan_loss.yaml", "config/dafl_fmnist_gan_loss_seeds.yaml"),
+            {"dafl_gan_loss", "dafl_gan_loss_seeds"},
+        ),
     ],
     ids=["fedmix_taylor", "gan_loss", "gan_loss_dir", "scaffold_diag", "fedprox_seeds", "dafl_seeds", "gan_loss_seeds"],
 )
