@@ -792,7 +792,6 @@ def _gan_progress(job: dict[str, Any], done: bool, work: Path) -> _Progress:
     """A DA-FL GAN stage: its clients finished and the step each stopped one kept, against the steps each client's
     schedule and budget allow (``PSGSettings.steps`` of its training split's size); its pace, done or not, is its
     median client's seconds a step."""
-
     from fed.dpgan import PSGSettings
     from fed.gan_stage import stage_progress
 
