@@ -289,9 +289,10 @@ PAPER_PROTOCOL = {
 
 @pytest.mark.parametrize("paper", PAPER_PROTOCOL)
 def test_results_summary_and_readme_status_are_the_reports_counts(paper, tmp_path):
-    """docs/results.md's summary table and README's status table count the cells that the report's own summary page
-    (rule summary, fed.reporting.summary) counts when it is rebuilt from the committed cells without training: a cell
-    committed, a verdict moved or a table added fails here until both are updated from that page (issue 42)."""
+    """docs/results.md's summary table, README's status table and docs/usage.md's "Status in detail" count the cells
+    that the report's own summary page (rule summary, fed.reporting.summary) counts when it is rebuilt from the
+    committed cells without training: a cell committed, a verdict moved or a table added fails here until all three
+    are updated from that page (issue 42)."""
     name, overlays = PAPER_PROTOCOL[paper]
     args = ("--configfile", *(str(REPO / c) for c in overlays), "--until", "summary")
     assert "rule train:" not in snakemake(tmp_path, "-n", *args).stdout  # every cell of its tables is committed
@@ -304,6 +305,9 @@ def test_results_summary_and_readme_status_are_the_reports_counts(paper, tmp_pat
     status = markdown_row((REPO / "README.md").read_text(), f"[{name}]")[2]
     assert f"{reproduced} of {cells} reproduced, {above} above, {below} below" in status, status
     assert not (not_comparable or no_paper) or f"{not_comparable} not comparable, {no_paper} no paper value" in status
+    detail = (REPO / "docs/usage.md").read_text().split("## Status in detail")[1].split(f"### {name}\n")[1]
+    detail = detail.split("\n### ")[0]
+    assert f"{reproduced} of {cells} table cells reproduced, {above} above, {below} below" in detail, detail
 
 
 def test_quick_config_dry_run(tmp_path):
