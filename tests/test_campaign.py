@@ -645,6 +645,41 @@ def test_status_says_where_a_cell_diverged(tmp_path, monkeypatch):
     assert (row["state"], row["progress"], row["spent"], row["left"]) == ("done", "diverged in round 3", 356.0, 0.0)
 
 
+def test_status_reads_a_gpu_s_checkpoints_and_gan_stages_without_cuda(tmp_path, monkeypatch):
+    """A lent GPU's files come back to the CPU box (scripts/device_campaign.sh) with their tensors tagged cuda:0:
+    ``fed campaign --status`` reads a cell's checkpoint and a finished GAN stage from them on a machine without CUDA,
+    and never initialises CUDA on one with it (a status read beside a running campaign takes no GPU memory)."""
+    monkeypatch.chdir(tmp_path)
+    history = [{"round": r, "global_acc": 50.0 + r, "seconds": 10.0 + r} for r in (1, 2, 3)]
+    Path("work/c").mkdir(parents=True)
+    with monkeypatch.context() as gpu:  # torch.save as on a GPU: every storage's location is cuda:0
+        gpu.setattr(torch.serialization, "location_tag", lambda storage: "cuda:0")
+        checkpoint.save(
+            Path("work/c/checkpoint.pt"),
+            {"round": 3, "global_state": {"w": torch.ones(3)}, "history": history, "wall_seconds": 36.0},
+        )
+        torch.save({"clients": [{"steps": 4, "seconds": 8.0, "generator": {"w": torch.zeros(2)}}]}, "stage.pt")
+    if not torch.cuda.is_available():  # the files need CUDA unless they are mapped to the CPU
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load("work/c/checkpoint.pt", weights_only=False)
+
+    def no_cuda(*args, **kwargs):
+        raise AssertionError("status initialised CUDA")
+
+    monkeypatch.setattr(torch.cuda, "_lazy_init", no_cuda)
+    monkeypatch.setattr(torch.cuda, "init", no_cuda)
+    cfg = dataclasses.asdict(FLConfig(rounds=5))
+    jobs = [{"kind": "cell", "out": "runs/c/metrics.json", "rank": [0, 0, 1], "needs": [], "label": "c",
+             "args": {"work_dir": "work/c", "preset": cfg, "dataset": "synthetic"}},
+            {"kind": "stage", "out": "stage.pt", "rank": [0, 0, 0], "needs": [], "label": "s",
+             "args": {"stage": {"kind": "dp_cgan", "params": {}}}}]  # fmt: skip
+    cell, stage = campaign.status({"version": campaign.PLAN_VERSION, "jobs": jobs})
+    assert (cell["state"], cell["progress"], cell["spent"], cell["left"]) == ("stopped", "round 3/5, 53.00 % there",
+                                                                              36.0, 2 * 12.0)  # fmt: skip
+    assert (stage["state"], stage["progress"], stage["spent"], stage["left"]) == ("done", "1 clients, 4 steps",
+                                                                                  8.0, 0.0)  # fmt: skip
+
+
 def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other_jobs():
     rows = [
         {"job": "a/cell", "kind": "cell", "state": "stopped", "progress": "round 10/50", "spent": 1800.0,

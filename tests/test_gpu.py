@@ -148,3 +148,39 @@ def test_a_dp_cgan_on_the_gpu_is_the_cpu_s_draw(mode):
     for name, tensor in cpu.generator.items():
         assert not gpu.generator[name].is_cuda and tensor.dtype == torch.float64
         torch.testing.assert_close(gpu.generator[name], tensor, rtol=1e-7, atol=1e-9, msg=name)
+
+
+def test_campaign_status_creates_no_cuda_context(tmp_path):
+    """``fed campaign --status`` beside a running campaign reads a GPU cell's checkpoint and this machine's kind (its
+    GPU's name, which the plan's paces are weighed by) without creating a CUDA context: it takes no GPU memory, and
+    cannot fail on a GPU in exclusive-process mode. Read in a fresh process by the driver's primary-context state."""
+    import dataclasses
+    import subprocess
+    import sys
+
+    from fed import campaign
+
+    pytest.importorskip("cuda.bindings.driver")  # the CUDA driver's Python bindings (torch's cuda-bindings)
+    work = tmp_path / "work/c"
+    work.mkdir(parents=True)
+    history = [{"round": r, "global_acc": 50.0, "seconds": 10.0} for r in (1, 2)]
+    torch.save({"round": 2, "global_state": {"w": torch.ones(3, device="cuda")}, "history": history,
+                "wall_seconds": 20.0}, work / "checkpoint.pt")  # fmt: skip
+    job = {"kind": "cell", "out": str(tmp_path / "runs/c/metrics.json"), "rank": [0, 0, 1], "needs": [],
+           "label": "c", "args": {"work_dir": str(work), "preset": dataclasses.asdict(FLConfig(rounds=4)),
+                                  "dataset": "synthetic", "tracking": {"tags": {"algorithm": "fedavg"}}}}  # fmt: skip
+    pace = {"cell": "x", "pace": 9.0, "rounds": 4, "machine": "cuda some GPU", "planned": True}
+    plan = tmp_path / "plan.json"
+    plan.write_text(json.dumps({"version": campaign.PLAN_VERSION, "jobs": [job], "paces": {"fedavg": [pace]}}))
+    code = f"""
+from cuda.bindings import driver
+from fed import campaign
+[row] = campaign.status(campaign.read_plan({str(plan)!r}))
+assert row["progress"].startswith("round 2/4"), row
+driver.cuInit(0)
+err, device = driver.cuDeviceGet(0)
+err, flags, active = driver.cuDevicePrimaryCtxGetState(device)
+print(int(err), int(active))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["0", "0"], out  # CUDA_SUCCESS, and no primary context is active
