@@ -1,6 +1,7 @@
 """Each cell records where it ran (issue 40) — in metrics.json and as MLflow tags, never in its identity — and a
 table built from cells of several kinds of machine says so and widens its verdicts' floor."""
 
+import importlib.util
 import json
 import shutil
 
@@ -26,12 +27,17 @@ H100 = AVX512 | {"device": "cuda:0", "gpu": "NVIDIA H100 80GB HBM3"}
 
 
 def test_kinds_tags_and_the_caption_sentence():
+    """A kind is the GPU, else the CPU's kernel set and model: an AMD EPYC and an Intel Xeon, both AVX-512, round the
+    same cell differently (docs/results/headtohead.md, "The same cells on another CPU")."""
     assert provenance.kind({}) == "not recorded"
-    assert provenance.kind({"machine": AVX2}) == "cpu AVX2"
+    assert provenance.kind({"machine": AVX2}) == "cpu AVX2 (AMD EPYC)"
+    assert provenance.kind({"machine": AVX2 | {"cpu_capability": "AVX512"}}) == "cpu AVX512 (AMD EPYC)"
+    assert provenance.kind({"machine": AVX512}) == "cpu AVX512 (Intel Xeon)"
+    assert provenance.kind({"machine": AVX2 | {"cpu": ""}}) == "cpu AVX2"  # no model name to tell
     assert provenance.kind({"machine": H100}) == "cuda NVIDIA H100 80GB HBM3"
-    assert provenance.kind({"machine": AVX2 | {"earlier": [AVX512]}}) == "cpu AVX512 + cpu AVX2"
+    assert provenance.kind({"machine": AVX2 | {"earlier": [AVX512]}}) == "cpu AVX512 (Intel Xeon) + cpu AVX2 (AMD EPYC)"
     assert provenance.tags({"machine": AVX2})["machine.cpu_capability"] == "AVX2"
-    assert provenance.tags({"machine": AVX2})["machine.kind"] == "cpu AVX2"
+    assert provenance.tags({"machine": AVX2})["machine.kind"] == "cpu AVX2 (AMD EPYC)"
     assert provenance.tags({}) == {}
     assert provenance.mix_note(["cpu AVX2"] * 3) == ""
     assert provenance.mix_note(["not recorded"] * 2) == "Machine not recorded (the cells predate the record)."
@@ -51,7 +57,7 @@ def test_a_cell_records_where_it_ran_in_metrics_json_and_mlflow(cell):  # noqa: 
     assert torch.load(tmp_path / "work/checkpoint.pt", weights_only=True)["machines"] == [machine]
     tags = runs()[0].data.tags
     assert tags["machine.cpu_capability"] == machine["cpu_capability"]
-    assert tags["machine.kind"] == f"cpu {machine['cpu_capability']}"
+    assert tags["machine.kind"] == f"cpu {machine['cpu_capability']} ({machine['cpu']})"
     assert not any(k.startswith("machine") for k in runs()[0].data.params)  # tags, not the run's params
 
 
@@ -79,7 +85,7 @@ def test_where_it_ran_is_not_its_identity_and_a_resume_elsewhere_records_both(ce
     strip = [{k: v for k, v in r.items() if "seconds" not in k} for r in resumed["history"]]
     assert strip == [{k: v for k, v in r.items() if "seconds" not in k} for r in through["history"]]
     assert resumed["machine"] == AVX2 | {"earlier": [AVX512]}
-    assert provenance.kind(resumed) == "cpu AVX512 + cpu AVX2"
+    assert provenance.kind(resumed) == "cpu AVX512 (Intel Xeon) + cpu AVX2 (AMD EPYC)"
 
 
 def test_a_committed_cell_with_the_new_fields_stays_current_and_exports_them(tmp_path):
@@ -120,7 +126,12 @@ def test_a_table_of_several_machines_says_so_and_no_verdict_rests_on_rounding(tm
     one = collect_runs([write_cell(tmp_path, f"s{i}", 82.5, AVX2) for i in range(3)])
     mixed = collect_runs([write_cell(tmp_path, f"t{i}", 82.5, m) for i, m in enumerate([AVX2, AVX512, None])])
     assert not mixes_machines(one) and machine_note(one) == ""
-    assert mixes_machines(mixed) and machine_note(mixed).startswith("Mixed machines: 1 on cpu AVX2, 1 on cpu AVX512")
+    assert mixes_machines(mixed) and machine_note(mixed).startswith(
+        "Mixed machines: 1 on cpu AVX2 (AMD EPYC), 1 on cpu AVX512 (Intel Xeon)"
+    )
+    makes = [AVX2 | {"cpu_capability": "AVX512"}, AVX512, AVX512]  # one kernel set, two makes of CPU
+    assert mixes_machines(collect_runs([write_cell(tmp_path, f"u{i}", 82.5, m) for i, m in enumerate(makes)]))
+    assert not mixes_machines(collect_runs([write_cell(tmp_path, f"v{i}", 82.5, AVX512) for i in range(2)]))
     tolerance = Tolerance()
     assert verdict(82.5, 0.0, 3, 0, 80.0, 0.0, tolerance=tolerance) == "above paper"
     assert verdict(82.5, 0.0, 3, 0, 80.0, 0.0, tolerance=tolerance.across_machines()) == "reproduced"
@@ -142,10 +153,40 @@ def test_the_committed_rerun_on_an_avx2_cpu_records_it_and_is_current():
     key = ("headtohead_cpu", "fmnist", "h2h_dir0.1", "fedavg", 0)
     assert grid.reference_is_current(*key)
     rerun = json.loads(open(grid.cell_path(*key)).read())
-    assert provenance.kind(rerun) == "cpu AVX2" and set(rerun["machine"]) == FIELDS
+    assert provenance.kind(rerun) == "cpu AVX2 (AMD EPYC)" and set(rerun["machine"]) == FIELDS
     committed = json.loads(
         (REPO / "reference/headtohead_cpu/runs" / "/".join(key[:4]) / "seed0/metrics.json").read_text()
     )
     assert provenance.kind(committed) == "not recorded"
     assert rerun["last"]["global_acc"] != committed["last"]["global_acc"]  # another CPU: not bitwise
     assert abs(rerun["last"]["global_acc"] - committed["last"]["global_acc"]) < 2.8
+
+
+def test_compare_machines_says_where_two_runs_of_a_cell_part(tmp_path, capsys, monkeypatch):
+    """scripts/compare_machines.py: digit for digit, a cell rerun on another machine against its committed copy."""
+    spec = importlib.util.spec_from_file_location("compare_machines", REPO / "scripts/compare_machines.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    history = [{"round": r, "train_loss": 1.0 / r} for r in (1, 2, 3)]
+    tuning = {"scores": [{"lr": 0.01, "validation_pooled_acc": 60.0}, {"lr": 0.02, "validation_pooled_acc": 61.5}]}
+    committed = {"machine": AVX2 | {"cpu_capability": "AVX512"}, "history": history, "tuning": tuning,
+                 "last": {"global_acc": 80.0}}  # fmt: skip
+    same = committed | {"machine": AVX512}
+    later = [*history[:2], {"round": 3, "train_loss": 1.0 / 3 + 0.25}]
+    scores = {"scores": [tuning["scores"][0], {"lr": 0.02, "validation_pooled_acc": 61.25}]}
+    moved = same | {"history": later, "tuning": scores, "last": {"global_acc": 80.125}}
+    assert script.compare(committed, same) == {
+        "committed on": "cpu AVX512 (AMD EPYC)", "here": "cpu AVX512 (Intel Xeon)", "tuning equal": "true",
+        "rounds equal": "3 of 3", "first differs": "–", "largest Δ loss": "0",
+        "global_acc": "80.00 → 80.00"}  # fmt: skip
+    assert script.compare(committed, moved) | {"committed on": None, "here": None} == {
+        "committed on": None, "here": None, "tuning equal": "false", "rounds equal": "2 of 3", "first differs": 3,
+        "largest Δ loss": "0.25", "global_acc": "80.00 → 80.12"}  # fmt: skip
+    assert script.compare(committed | {"tuning": None}, same)["tuning equal"] == "–"  # an untuned cell
+    for root, record in (("ref", committed), ("here", moved)):
+        (tmp_path / root / "runs/c").mkdir(parents=True)
+        (tmp_path / root / "runs/c/metrics.json").write_text(json.dumps(record))
+    monkeypatch.setattr("sys.argv", ["compare_machines.py", str(tmp_path / "ref"), str(tmp_path / "here"), "c"])
+    script.main()
+    header, rule, row = capsys.readouterr().out.splitlines()
+    assert header.count("|") == rule.count("|") == row.count("|") == 9 and row.startswith("| c | cpu AVX512 (AMD")

@@ -660,9 +660,9 @@ def _finished_paces(
     paces: dict[str, list[dict[str, Any]]], stage_paces: dict[str, list[dict[str, Any]]] | None = None
 ) -> dict[tuple[str, str], list[tuple[float, int]]]:
     """``plan``'s ``paces`` of finished cells and ``stage_paces`` of finished stages as ``status`` weighs paces:
-    kind → (seconds, rounds or steps), of those that ran on this kind of machine (another CPU kernel set or a GPU
-    runs at another pace): the cells of the plan's own tables, or where none of them ran here, the config's other
-    cells (``planned: False``); the config's GAN stages, each of their clients that ran here."""
+    kind → (seconds, rounds or steps), of those that ran on this kind of machine (another CPU kernel set or model,
+    or a GPU, runs at another pace): the cells of the plan's own tables, or where none of them ran here, the
+    config's other cells (``planned: False``); the config's GAN stages, each of their clients that ran here."""
     if not paces and not stage_paces:
         return {}
     from fed.device import resolve_device

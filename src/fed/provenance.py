@@ -1,6 +1,7 @@
-"""Where a cell ran: the machine facts behind its last bits. Kernels of another instruction set round float32
-differently, so the same cell on another CPU differs by rounding (docs/results/headtohead.md, "The same cells on
-another CPU": mean 0.31 pp, at most 2.8 pp a cell). Recorded in ``metrics.json`` and as MLflow tags, never part of
+"""Where a cell ran: the machine facts behind its last bits. Another CPU kernel set, another make of CPU with the
+same kernel set (an AMD EPYC and an Intel Xeon, both AVX-512) or a GPU rounds float32 differently, so the same cell
+there differs by rounding (docs/results/headtohead.md, "The same cells on another CPU": mean 0.31 pp, at most 2.8 pp
+a cell). Recorded in ``metrics.json`` and as MLflow tags, never part of
 a run's identity (``fed.identity.NOT_NUMERIC``): recording another fact re-runs and stales nothing."""
 
 from __future__ import annotations
@@ -37,9 +38,10 @@ def machine(device: Any) -> dict[str, Any]:
 
 
 def kind(record: dict[str, Any]) -> str:
-    """What decides a cell's rounding, from its ``metrics.json``: the GPU it ran on, else the CPU's kernel set
-    (``cpu AVX2``); ``not recorded`` for cells that predate the record. A run resumed on another kind of machine is
-    both kinds (``cpu AVX2 + cpu AVX512``)."""
+    """What decides a cell's rounding, from its ``metrics.json``: the GPU it ran on, else the CPU's kernel set and
+    model (``cpu AVX512 (AMD EPYC)``: the same cell on an Intel Xeon with the same kernel set rounds differently, on
+    two Xeons of one model name the same, docs/results/headtohead.md); ``not recorded`` for cells that predate the
+    record. A run resumed on another kind of machine is both kinds (``cpu AVX2 (AMD EPYC) + cpu AVX512 (…)``)."""
     m = record.get("machine")
     if not m:
         return NOT_RECORDED
@@ -48,7 +50,9 @@ def kind(record: dict[str, Any]) -> str:
 
 
 def _kind(m: dict[str, Any]) -> str:
-    return f"cuda {m['gpu']}" if m.get("gpu") else f"cpu {m['cpu_capability']}"
+    if m.get("gpu"):
+        return f"cuda {m['gpu']}"
+    return f"cpu {m['cpu_capability']} ({m['cpu']})" if m.get("cpu") else f"cpu {m['cpu_capability']}"
 
 
 def tags(record: dict[str, Any]) -> dict[str, str]:
@@ -70,6 +74,6 @@ def mix_note(kinds: list[str]) -> str:
         return "Machine not recorded (the cells predate the record)." if only == NOT_RECORDED else ""
     parts = ", ".join(f"{n} on {k}" for k, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
     return (
-        f"Mixed machines: {parts} cells; kernels of another instruction set or device round float32 differently "
+        f"Mixed machines: {parts} cells; another CPU kernel set, make of CPU or device rounds float32 differently "
         "(docs/results/headtohead.md, 'The same cells on another CPU')."
     )

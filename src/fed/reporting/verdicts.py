@@ -14,8 +14,8 @@ Per cell, in this order of precedence:
   accuracy), so no cell 10 pp from the paper reads reproduced;
 - otherwise ``above paper`` or ``below paper``.
 
-A table whose cells ran on more than one kind of machine (``fed.provenance.kind``: CPU kernel set or GPU) raises the
-floor to ``cross_machine`` (default 2.8 pp: the largest change of a cell moved to another CPU that
+A table whose cells ran on more than one kind of machine (``fed.provenance.kind``: CPU kernel set and model, or
+GPU) raises the floor to ``cross_machine`` (default 2.8 pp: the largest change of a cell moved to another CPU that
 docs/results/headtohead.md measured, "The same cells on another CPU"): no verdict rests on a difference that
 rounding alone can make.
 
