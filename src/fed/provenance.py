@@ -1,8 +1,8 @@
 """Where a cell ran: the machine facts behind its last bits. Another CPU kernel set, another make of CPU with the
 same kernel set (an AMD EPYC and an Intel Xeon, both AVX-512) or a GPU rounds float32 differently, so the same cell
 there differs by rounding (docs/results/headtohead.md, "The same cells on another CPU": mean 0.31 pp, at most 2.8 pp
-a cell). Recorded in ``metrics.json`` and as MLflow tags, never part of
-a run's identity (``fed.identity.NOT_NUMERIC``): recording another fact re-runs and stales nothing."""
+a cell). Recorded in ``metrics.json`` and as MLflow tags, never part of a run's identity
+(``fed.identity.NOT_NUMERIC``): recording another fact re-runs and stales nothing."""
 
 from __future__ import annotations
 
@@ -39,8 +39,8 @@ def machine(device: Any) -> dict[str, Any]:
 
 def kind(record: dict[str, Any]) -> str:
     """What decides a cell's rounding, from its ``metrics.json``: the GPU it ran on, else the CPU's kernel set and
-    model (``cpu AVX512 (AMD EPYC)``: the same cell on an Intel Xeon with the same kernel set rounds differently, on
-    two Xeons of one model name the same, docs/results/headtohead.md); ``not recorded`` for cells that predate the
+    model (``cpu AVX512 (AMD EPYC)``: an Intel Xeon with the same kernel set rounds the same cell differently, two
+    Xeons of one model name alike, docs/results/headtohead.md); ``not recorded`` for cells that predate the
     record. A run resumed on another kind of machine is both kinds (``cpu AVX2 (AMD EPYC) + cpu AVX512 (…)``)."""
     m = record.get("machine")
     if not m:
