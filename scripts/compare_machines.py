@@ -16,17 +16,21 @@ from pathlib import Path
 from fed.provenance import kind
 
 
+def _scores(record: dict) -> list[dict]:
+    """The tuning's scores of a cell's record; none for an untuned cell."""
+    return (record.get("tuning") or {}).get("scores", [])
+
+
 def compare(committed: dict, here: dict, metric: str = "global_acc") -> dict:
     """Where two records of one cell part: whether the tuning's scores are equal, how many rounds' training losses
     are, the first round that differs, the largest loss difference and the metric after the last round."""
-    scores = [[s.get(k) for k in sorted(s)] for s in (committed.get("tuning") or {}).get("scores", [])]
-    scores_here = [[s.get(k) for k in sorted(s)] for s in (here.get("tuning") or {}).get("scores", [])]
+    scores = _scores(committed)
     losses = [(a["train_loss"], b["train_loss"]) for a, b in zip(committed["history"], here["history"], strict=True)]
     differ = [r for r, (a, b) in enumerate(losses, 1) if a != b]
     return {
         "committed on": kind(committed),
         "here": kind(here),
-        "tuning equal": "–" if not scores else str(scores == scores_here).lower(),
+        "tuning equal": "–" if not scores else str(scores == _scores(here)).lower(),
         "rounds equal": f"{len(losses) - len(differ)} of {len(losses)}",
         "first differs": differ[0] if differ else "–",
         "largest Δ loss": f"{max(abs(a - b) for a, b in losses):.3g}",
@@ -40,10 +44,11 @@ def main() -> None:
     ap.add_argument("results", type=Path, help="the rerun's results folder (holds runs/)")
     ap.add_argument("cells", nargs="+", help="cells as their folders under runs/")
     args = ap.parse_args()
-    args.roots = (args.reference, args.results)
     rows = []
     for cell in args.cells:
-        committed, here = (json.loads((root / "runs" / cell / "metrics.json").read_text()) for root in args.roots)
+        committed, here = (
+            json.loads((d / "runs" / cell / "metrics.json").read_text()) for d in (args.reference, args.results)
+        )
         rows.append({"cell": cell, **compare(committed, here)})
     print("| " + " | ".join(rows[0]) + " |\n|" + "---|" * len(rows[0]))
     print("\n".join("| " + " | ".join(str(v) for v in r.values()) + " |" for r in rows))
