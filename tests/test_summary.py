@@ -1,5 +1,6 @@
 """The report's opening page counts every cell's verdict and lists every claim."""
 
+import numpy as np
 import pandas as pd
 from docutils.core import publish_parts
 
@@ -54,3 +55,81 @@ def test_paper_counts_sum_a_papers_tables():
     assert per_paper.loc["flea", ["cells", "not comparable", "no runs"]].tolist() == [2, 1, 1]
     md = summary_markdown(counts, {})
     assert md.index("per paper") < md.index("Per table") < md.index("dafl/table3")
+
+
+def test_compared_cells_keep_what_was_compared_with_ours_minus_the_paper():
+    """The summary's picture draws the cells reproduced, above or below (the verdict's detail dropped) with their
+    table's own name; not comparable, no paper value and no runs are counted on the page, not drawn."""
+    from fed.reporting.summary import compared_cells
+
+    t3 = pd.DataFrame(
+        {
+            "dataset": ["fmnist"] * 4,
+            "partition": ["1-label", "1-label", "2-label", "2-label"],
+            "method": ["fedavg", "dafl", "fedavg", "dafl"],
+            "metric": ["global_acc"] * 4,
+            "paper_value": [39.13, 75.11, 69.92, float("nan")],
+            "ours_mean": [52.95, 63.64, 70.5, 78.0],
+            "ours_std": [float("nan"), 1.5, float("nan"), float("nan")],
+            "seeds": [1, 3, 1, 1],
+            "delta": [13.82, -11.47, 0.58, float("nan")],
+            "verdict": ["above paper", "below paper (read from a figure, ±0.2)", "reproduced", "no paper value"],
+        }
+    )
+    quick = t3.assign(verdict="not comparable (10 of 50 rounds)")
+    cells = compared_cells([("dafl", "dafl/table3", t3), ("dafl", "dafl/quick", quick)], {"dafl/table3": "Table 3"})
+    assert cells.verdict.tolist() == ["above paper", "below paper", "reproduced"]
+    assert cells.label.tolist() == ["Table 3"] * 3 and cells.delta.tolist() == [13.82, -11.47, 0.58]
+    assert cells.ours_std.iloc[1] == 1.5 and cells.seeds.tolist() == [1, 3, 1]
+    assert compared_cells([("dafl", "dafl/quick", quick)]).empty
+
+
+def test_the_summary_picture_puts_each_cell_at_ours_minus_the_paper_in_its_verdict_s_colour(monkeypatch, tmp_path):
+    """One row per paper, table and metric (accuracies and variances in panels of their own, the first row on top),
+    each point at its delta in its verdict's colour, ± our std only where several seeds ran, the row's counts."""
+    from fed.reporting import figures
+    from fed.reporting.summary import CELL_COLUMNS
+
+    rows = [
+        ("fedzda", "Table 1", "local_acc_mean", -1.5, 3.0, 3, "reproduced"),
+        ("fedzda", "Table 1", "client_acc_variance", -140.0, 90.0, 3, "below paper"),
+        ("fedzda", "Table 1", "local_acc_mean", -5.0, 1.0, 3, "below paper"),
+        ("dafl", "Table 3", "global_acc", 13.8, 0.5, 1, "above paper"),
+    ]
+    keys = ["paper", "label", "metric", "delta", "ours_std", "seeds", "verdict"]
+    cells = pd.DataFrame([dict(zip(keys, r)) for r in rows]).reindex(columns=CELL_COLUMNS)
+    drawn = {}
+    monkeypatch.setattr(figures, "_save", lambda fig, out: drawn.setdefault("fig", fig))
+    figures.plot_verdict_deltas(cells, tmp_path / "s.png", "t")
+    accuracy, variance = drawn["fig"].axes
+    assert [t.get_text() for t in accuracy.get_yticklabels()] == [
+        "fedzda · Table 1 · local_acc_mean",
+        "dafl · Table 3 · global_acc",
+    ]
+    assert accuracy.get_ylim()[0] > accuracy.get_ylim()[1]  # the first row on top
+    points = {}  # (x, y) → (colour, x error)
+    for container in accuracy.containers + variance.containers:
+        line, _, bars = container.lines
+        (x,), (y,) = line.get_xdata(), line.get_ydata()
+        width = float(np.ptp(bars[0].get_segments()[0][:, 0])) / 2 if bars else 0.0
+        points[(container in variance.containers, round(float(x), 6), round(float(y), 6))] = (line.get_color(), width)
+    assert points == {
+        (False, -1.5, -0.25): ("#2e7d32", 3.0),
+        (False, -5.0, 0.25): ("#c62828", 1.0),
+        (False, 13.8, 1.0): ("#1565c0", 0.0),  # one seed: no spread drawn
+        (True, -140.0, 0.0): ("#c62828", 90.0),
+    }
+    counts = [t.get_text() for t in accuracy.texts]
+    assert counts == ["1 ✓  0 ↑  1 ↓", "0 ✓  1 ↑  0 ↓"]
+    assert "pp²" in variance.get_xlabel() and "pp;" in accuracy.get_xlabel()
+
+
+def test_the_summary_picture_of_a_run_with_nothing_compared_says_so(tmp_path):
+    """The quick configurations compare nothing (every cell not comparable): the picture is drawn all the same, with
+    a sentence in place of the rows, so the summary rule never fails on it."""
+    from fed.reporting.figures import plot_verdict_deltas
+    from fed.reporting.summary import compared_cells
+
+    quick = pd.DataFrame({"verdict": ["not comparable (10 of 50 rounds)"], "delta": [1.0]})
+    plot_verdict_deltas(compared_cells([("fedzda", "fedzda/table1", quick)]), tmp_path / "s.png", "t")
+    assert (tmp_path / "s.png").stat().st_size > 1000

@@ -287,17 +287,29 @@ PAPER_PROTOCOL = {
 }
 
 
+@pytest.fixture(scope="module")
+def protocol_reports(tmp_path_factory):
+    """Each paper's report summary (rule summary) rebuilt from its committed cells without training, once for the
+    tests below (one xdist group): paper → its working directory."""
+    reports = {}
+    for paper, (_, overlays) in PAPER_PROTOCOL.items():
+        workdir = reports[paper] = tmp_path_factory.mktemp(paper)
+        args = ("--configfile", *(str(REPO / c) for c in overlays), "--until", "summary")
+        assert "rule train:" not in snakemake(workdir, "-n", *args).stdout  # every cell of its tables is committed
+        snakemake(workdir, "--cores", "1", *args)
+        assert not (workdir / "results").exists()  # nothing trained
+    return reports
+
+
+@pytest.mark.xdist_group("protocol_reports")
 @pytest.mark.parametrize("paper", PAPER_PROTOCOL)
-def test_results_summary_and_readme_status_are_the_reports_counts(paper, tmp_path):
+def test_results_summary_and_readme_status_are_the_reports_counts(paper, protocol_reports):
     """docs/results.md's summary table, README's status table and docs/usage.md's "Status in detail" count the cells
     that the report's own summary page (rule summary, fed.reporting.summary) counts when it is rebuilt from the
     committed cells without training: a cell committed, a verdict moved or a table added fails here until all three
     are updated from that page (issue 42)."""
-    name, overlays = PAPER_PROTOCOL[paper]
-    args = ("--configfile", *(str(REPO / c) for c in overlays), "--until", "summary")
-    assert "rule train:" not in snakemake(tmp_path, "-n", *args).stdout  # every cell of its tables is committed
-    snakemake(tmp_path, "--cores", "1", *args)
-    per_paper = (tmp_path / "reports/summary.md").read_text().split("Per table:")[0]
+    name, _ = PAPER_PROTOCOL[paper]
+    per_paper = (protocol_reports[paper] / "reports/summary.md").read_text().split("Per table:")[0]
     page = markdown_row(per_paper, f"{paper} ")
     cells, reproduced, above, below, not_comparable, no_paper = map(int, page[1:7])
     summary = (REPO / "docs/results.md").read_text().split("## Summary")[1].split("\n## ")[0]
@@ -308,6 +320,34 @@ def test_results_summary_and_readme_status_are_the_reports_counts(paper, tmp_pat
     detail = (REPO / "docs/usage.md").read_text().split("## Status in detail")[1].split(f"### {name}\n")[1]
     detail = detail.split("\n### ")[0]
     assert f"{reproduced} of {cells} table cells reproduced, {above} above, {below} below" in detail, detail
+
+
+@pytest.mark.xdist_group("protocol_reports")
+def test_the_readme_first_picture_is_every_compared_cell_of_the_committed_protocols(protocol_reports, tmp_path):
+    """README's first picture (docs/img/summary.png) draws the points of the three summaries above (each report's
+    reports/figures/summary.csv, rule summary): every cell they count as reproduced, above or below, and no other.
+    To refresh the picture: FEDREPRO_PICTURES=1 python -m pytest tests/test_workflow.py -k first_picture."""
+    import os
+
+    from fed.reporting.figures import plot_verdict_deltas
+    from fed.reporting.summary import COMPARED
+
+    frames = []
+    for paper, workdir in protocol_reports.items():
+        cells = pd.read_csv(workdir / "reports/figures/summary.csv")
+        counts = markdown_row((workdir / "reports/summary.md").read_text().split("Per table:")[0], f"{paper} ")
+        drawn = cells.verdict.value_counts()
+        assert [drawn.get(v, 0) for v in COMPARED] == list(map(int, counts[2:5])), paper
+        assert (cells.delta.round(6) == (cells.ours_mean - cells.paper_value).round(6)).all()
+        assert (workdir / "reports/figures/summary.png").stat().st_size > 5000
+        frames.append(cells)
+    cells = pd.concat(frames, ignore_index=True)
+    assert set(cells.paper) == set(PAPER_PROTOCOL) and "Table 3" in set(cells.label)  # the paper's own table names
+    picture = tmp_path / "summary.png"
+    title = "Every table cell compared with a paper at its protocol (the committed cells): ours − paper, by verdict"
+    plot_verdict_deltas(cells, picture, title)
+    if os.environ.get("FEDREPRO_PICTURES"):
+        shutil.copyfile(picture, REPO / "docs/img/summary.png")
 
 
 def test_quick_config_dry_run(tmp_path):

@@ -163,7 +163,8 @@ rule claims:
 
 
 rule summary:
-    """The report's opening page: table cells per verdict, per paper and table, and every paper's claims."""
+    """The report's opening page: table cells per verdict, per paper and table, and every paper's claims; and its
+    picture, every compared cell as ours − paper by verdict."""
     input:
         tables=[f"{REPORTS}/tables/{t}.csv" for t in GRID.verdict_tables()],
         claims=[f"{REPORTS}/tables/{p}/claims.csv" for p in sorted(GRID.claim_papers)],
@@ -175,6 +176,12 @@ rule summary:
             caption="../report/summary.rst",
             category="Summary",
         ),
+        cells=f"{REPORTS}/figures/summary.csv",
+        figure=report(
+            f"{REPORTS}/figures/summary.png",
+            caption="../report/summary_figure.rst",
+            category="Summary",
+        ),
     log:
         "logs/summary.log",
     conda:
@@ -182,6 +189,7 @@ rule summary:
     params:
         tables=GRID.verdict_tables(),
         papers={t: GRID.table(t)["paper"] for t in GRID.verdict_tables()},
+        labels={t: GRID.table(t).get("table", t) for t in GRID.verdict_tables()},
         claim_papers=sorted(GRID.claim_papers),
     script:
         "../scripts/summary.py"

@@ -399,3 +399,50 @@ def plot_gain_heatmap(df, rows: list[str], columns: list[str], metric: str, high
     bar.set_label(f"{metric} − {baseline} ({unit})\nblue: better than {baseline}", fontsize=8)
     _title(fig, title)
     _save(fig, out)
+
+
+def plot_verdict_deltas(cells: pd.DataFrame, out: str | Path, title: str) -> None:
+    """The report's first picture: every compared cell (``fed.reporting.summary.compared_cells``) as ours − paper,
+    one row per paper, table (by its ``label``: two of our tables of one published chart share a row) and metric,
+    each point coloured by its verdict, ± our std over seeds where there are several, the row's counts at its end.
+    Accuracies (pp) and variances (pp², lower is better) have panels of their own: their scales differ."""
+    from matplotlib.lines import Line2D
+
+    from fed.metrics import LOWER_IS_BETTER
+    from fed.reporting.verdicts import ABOVE, BELOW, REPRODUCED
+
+    style = {REPRODUCED: ("#2e7d32", "o", "✓"), ABOVE: ("#1565c0", "^", "↑"), BELOW: ("#c62828", "v", "↓")}
+    units = {"pp": "accuracy", "pp²": "variance; lower is better"}
+    cells = cells.assign(unit=np.where(cells.metric.isin(LOWER_IS_BETTER), "pp²", "pp"))
+    panels = [u for u in units if (cells.unit == u).any()]
+    keys = ["paper", "label", "metric"]
+    heights = [cells[cells.unit == u].groupby(keys, sort=False).ngroups for u in panels] or [1]
+    fig, axes = plt.subplots(
+        len(heights), 1, figsize=(9, 1.6 + 0.42 * sum(heights)), height_ratios=heights, squeeze=False
+    )
+    for ax, unit in zip(axes[:, 0], panels):
+        rows = list(cells[cells.unit == unit].groupby(keys, sort=False))
+        for i, (_, row) in enumerate(rows):
+            y = i + (np.linspace(-0.25, 0.25, len(row)) if len(row) > 1 else np.zeros(1))
+            err = np.nan_to_num(row.ours_std.where(row.seeds > 1).to_numpy(dtype=float))
+            for verdict, (colour, marker, _) in style.items():
+                at = (row.verdict == verdict).to_numpy()
+                if at.any():
+                    x = row.delta.to_numpy(dtype=float)[at]
+                    ax.errorbar(x, y[at], xerr=err[at], fmt=marker, color=colour, ms=5, elinewidth=0.8)
+            counts = row.verdict.value_counts()
+            text = "  ".join(f"{counts.get(v, 0)} {mark}" for v, (_, _, mark) in style.items())
+            ax.text(1.01, i, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8)
+        names = [textwrap.fill(" · ".join(map(str, key)), 40) for key, _ in rows]
+        ax.set_yticks(range(len(rows)), names, fontsize=8)
+        ax.set_ylim(len(rows) - 0.5, -0.5)  # the first row on top
+        ax.axvline(0, color="k", lw=0.8)
+        ax.grid(axis="x", lw=0.3)
+        ax.set_xlabel(f"ours − paper ({unit}; {units[unit]})", fontsize=8)
+    if not panels:
+        axes[0, 0].text(0.5, 0.5, "no cell compared with a paper's number", ha="center", va="center")
+        axes[0, 0].set_axis_off()
+    handles = [Line2D([], [], ls="", marker=m, color=c, label=f"{mark} {v}") for v, (c, m, mark) in style.items()]
+    axes[0, 0].legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=3, fontsize=8, frameon=False)
+    _title(fig, title)
+    _save(fig, out)

@@ -41,6 +41,24 @@ def verdict_counts(tables: list[tuple[str, str, pd.DataFrame]]) -> pd.DataFrame:
     return out[[c for c in out.columns if c not in VERDICTS or c in ALWAYS_SHOWN or out[c].sum() > 0]]
 
 
+COMPARED = (REPRODUCED, ABOVE, BELOW)
+CELL_COLUMNS = ["paper", "table", "label", "dataset", "partition", "method", "metric", "paper_value", "ours_mean"]
+CELL_COLUMNS += ["ours_std", "seeds", "delta", "verdict"]
+
+
+def compared_cells(tables: list[tuple[str, str, pd.DataFrame]], labels: dict[str, str] | None = None) -> pd.DataFrame:
+    """Every cell of ``tables`` (as ``verdict_counts`` takes them) that was compared with a paper's number —
+    reproduced, above or below it — with ours − paper (``delta``) and its verdict without the detail; ``labels``
+    names a table as a reader knows it (the paper's "Table 3"), else its output name. Not comparable cells, cells
+    without a paper value and cells without runs are what ``verdict_counts`` counts, and are not drawn."""
+    frames = []
+    for paper, name, df in tables:
+        cells = df.assign(paper=paper, table=name, label=(labels or {}).get(name, name))
+        cells = cells.assign(verdict=cells.verdict.map(verdict_of))
+        frames.append(cells[cells.verdict.isin(COMPARED)].reindex(columns=CELL_COLUMNS))
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=CELL_COLUMNS)
+
+
 def paper_counts(counts: pd.DataFrame) -> pd.DataFrame:
     """``verdict_counts`` summed per paper: one row per paper, the same columns less ``table``."""
     return counts.drop(columns="table").groupby("paper", sort=False, as_index=False).sum()
