@@ -254,3 +254,25 @@ def test_a_heatmap_without_its_baseline_or_with_an_unknown_metric_is_rejected():
     with pytest.raises(ValueError, match="figure 'gain': metric: 'accuracy' is not one of"):
         checked(figures={"gain": {**fig, "methods": ["fedavg", "fedzdac"], "metric": "accuracy"}})
     assert checked(figures={"gain": {**fig, "methods": ["fedavg", "fedzdac"], "baseline": "fedavg"}}) == []
+
+
+def test_the_glance_matrix_says_diverged_where_every_seed_of_a_method_diverged(tmp_path):
+    """A method whose every seed diverged in a regime (FedDPMS under the head-to-head's shared SGD) reads
+    "diverged (k of k)" there, and over all regimes where it diverged everywhere, never "nan"."""
+
+    def glance(diverged: set[str]) -> pd.DataFrame:  # b diverges at every seed of these partitions
+        cells = write_cells(tmp_path)
+        for c in cells:
+            if c["method"] == "b" and c["partition"] in diverged:
+                record = json.loads(open(c["path"]).read())
+                record |= {"diverged": True, "last": {"round": 2, "global_acc": None, "client_acc_variance": None}}
+                open(c["path"], "w").write(json.dumps(record))
+        board = lb.leaderboard(collect_runs(cells), ["d"], ["p1", "p2"], METHODS, ["global_acc"], "best")
+        return lb.matrix(board).set_index("method")
+
+    some = glance({"p2"})
+    # p1: 71, 71, 74 against FedAvg's 70, 72, 74 -> +0.00; over all regimes those three pairs alone
+    assert list(some.loc["b"])[:3] == ["72.00 (+0.00)", "diverged (3 of 3)", "+0.00"]
+    every = glance({"p1", "p2"})
+    assert list(every.loc["b"]) == ["diverged (3 of 3)", "diverged (3 of 3)", "diverged (6 of 6)", ""]
+    assert list(every.index)[-1] == "b"  # untested: last

@@ -217,8 +217,9 @@ def layout(board: pd.DataFrame) -> pd.DataFrame:
 
 def matrix(board: pd.DataFrame) -> pd.DataFrame:
     """The first metric at a glance: one row per method, one column per regime (all regimes last). A method's cell
-    is "mean (diff*)" (the baseline's: "mean ± std"), its all-regimes cell the pooled "diff*" and its Holm-adjusted p
-    beside it; rows from the best pooled difference to the worst (the baseline at 0, untested methods last)."""
+    is "mean (diff*)" (the baseline's: "mean ± std"; one whose every seed diverged: "diverged (k of k)"), its
+    all-regimes cell the pooled "diff*" and its Holm-adjusted p beside it; rows from the best pooled difference to
+    the worst (the baseline at 0, untested methods last)."""
     metric = board.metric.iloc[0]
     first = board[board.metric == metric]
     regimes = [r for r in dict.fromkeys(first.regime) if r != ALL]
@@ -230,12 +231,19 @@ def matrix(board: pd.DataFrame) -> pd.DataFrame:
         row = {"method": method}
         for regime in regimes:
             c = cells.loc[(regime, method)]
-            row[regime] = fmt(c["mean"], c["std"]) if method == c.baseline else _with_diff(f"{c['mean']:.2f}", c)
+            shown = fmt(c["mean"], c["std"]) if method == c.baseline else _with_diff(fmt(c["mean"], math.nan), c)
+            row[regime] = _no_value(c) or shown
         c = pooled.loc[method]
-        row[f"{ALL} (diff)"] = "—" if method == c.baseline else _diff(c)
+        row[f"{ALL} (diff)"] = "—" if method == c.baseline else (_no_value(c) or _diff(c))
         row["p Holm"] = f"{c.p_holm:.2g}" if math.isfinite(c.p_holm) else ""
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _no_value(c) -> str:
+    """A cell with no converged seed: "diverged (k of k)" where its seeds diverged, else "" (it has a value, or its
+    row is not tested)."""
+    return f"diverged ({c.diverged_seeds} of {c.diverged_seeds})" if c.seeds == 0 and c.diverged_seeds else ""
 
 
 def _diff(c) -> str:
