@@ -34,8 +34,10 @@ def test_verdict_counts_and_rst_render():
     rst = summary_rst(counts, {"fedzda": claims})
     assert rst.startswith("{% raw %}") and rst.rstrip().endswith("{% endraw %}")  # Snakemake renders it with Jinja
     body = rst.removeprefix("{% raw %}").rstrip().removesuffix("{% endraw %}")
+    body += "\n\n.. _summary.png: javascript:app.showResultInfo('x')\n"  # the link target Snakemake appends
     html = publish_parts(body, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
     assert "Table cells per verdict" in html and "c1" in html and "contradicted" in html
+    assert "showResultInfo" in html  # the picture's link resolves
 
 
 def test_paper_counts_sum_a_papers_tables():

@@ -101,7 +101,8 @@ def _html(df: pd.DataFrame) -> str:
 
 def summary_rst(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
     """reStructuredText for Snakemake's report landing page, which shares the screen with the rule graph: the cell
-    counts and each claim's verdict (statements and evidence: ``summary.html`` under Summary). Wrapped in a Jinja
+    counts and each claim's verdict (statements and evidence: ``summary.html`` under Summary), and a link to the
+    summary's picture (``summary.png_``: Snakemake adds a link target per result, by file name). Wrapped in a Jinja
     raw block: Snakemake renders it as a template."""
     parts = [
         "{% raw %}",
@@ -110,7 +111,7 @@ def summary_rst(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
         "",
         "*Reproduced*: within the stated tolerance of the paper; *not comparable*: our preset departs from the"
         " paper's protocol. Tables: every cell; Summary: the counts per table and the claims with their statements and"
-        " evidence.",
+        " evidence. Every compared cell drawn as ours − paper, coloured by its verdict: summary.png_.",
         "",
         _csv_table("Table cells per verdict, per paper", paper_counts(counts)),
     ]
