@@ -18,10 +18,10 @@ def package_copy(tmp_path, monkeypatch):
     shutil.copytree(REPO / "src/fed", root, ignore=shutil.ignore_patterns("__pycache__", "data"))
     monkeypatch.setattr(identity, "ROOT", root)
     caches = (identity.modules, identity.import_graph, identity.algorithm_modules, identity.code_hash)
-    for cached in (*caches, identity.module_hash):
+    for cached in (*caches, identity.module_hash, identity.script_hash):
         cached.cache_clear()
     yield root
-    for cached in (*caches, identity.module_hash):
+    for cached in (*caches, identity.module_hash, identity.script_hash):
         cached.cache_clear()
 
 
@@ -138,3 +138,29 @@ def test_snakemake_reruns_what_an_edit_changes_and_nothing_else(smoke_run, tmp_p
     assert cells and {j["method"] for j in planned(out, "train")} == {"qffl"}
     assert len(planned(out, "train")) == len(cells)
     assert planned(out, "stage") and all(j["stage"].startswith("tuning") for j in planned(out, "stage"))
+
+
+def test_a_reporting_edit_reruns_the_reports_that_run_it_and_no_training(package_copy):
+    """``script_hash`` (the reporting rules' ``code`` param) covers what a workflow script imports, where a cell ran
+    included, and nothing else: an edit to the summary's picture reruns the summary, not the tables; one to a
+    method reruns its runs only (test above), no report."""
+    scripts = {s: REPO / f"workflow/scripts/{s}.py" for s in ("summary", "table", "figure", "claims")}
+
+    def reports():
+        for cached in (identity.modules, identity.import_graph, identity.script_hash):
+            cached.cache_clear()
+        return {s: identity.script_hash(path) for s, path in scripts.items()}
+
+    before = reports()
+    touch(package_copy / "algorithms/scaffold.py")
+    touch(package_copy / "rounds.py")
+    assert reports() == before
+    touch(package_copy / "reporting/summary.py")
+    after = reports()
+    assert {s for s in before if after[s] != before[s]} == {"summary"}
+    touch(package_copy / "reporting/verdicts.py")  # every verdict: the tables, claims and summary that give them
+    changed = {s for s, h in reports().items() if h != after[s]}
+    assert {"table", "claims", "summary"} <= changed
+    after = reports()
+    touch(package_copy / "provenance.py")  # a table's cells' machines set its floor: outside every run, not a report
+    assert reports()["table"] != after["table"]

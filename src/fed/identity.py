@@ -60,12 +60,12 @@ def import_graph() -> dict[str, frozenset[str]]:
     return {m: frozenset(i for i in runtime_imports(p) if i in names and i != m) for m, p in names.items()}
 
 
-def closure(start: str) -> set[str]:
-    """``start`` and the modules it imports, transitively; the registry's methods and NOT_NUMERIC are not entered."""
+def closure(start: str, skip: frozenset[str] = NOT_NUMERIC) -> set[str]:
+    """``start`` and the modules it imports, transitively; the registry's methods and ``skip`` are not entered."""
     graph, seen, todo = import_graph(), set(), [start]
     while todo:
         m = todo.pop()
-        if m in seen or m in NOT_NUMERIC:
+        if m in seen or m in skip:
             continue
         seen.add(m)
         todo += [n for n in graph[m] if not (m == REGISTRY and n.startswith(REGISTRY + "."))]
@@ -109,6 +109,15 @@ def module_hash(module: str) -> str:
     """Content hash of ``module``'s closure alone: the code of a part that runs without the FL engine (one client's
     GAN in DA-FL's stage, ``fed.dpgan.client_code``)."""
     return _hash(closure(module))
+
+
+@functools.cache
+def script_hash(script: Path) -> str:
+    """Content hash of the ``fed`` code a workflow script runs: the closures of the modules it imports, none left
+    out (where a cell ran, say, is part of a table). The reporting rules pass it as a param, so an edit to the
+    reporting code reruns the tables and figures that run it, and no training (``code_hash`` leaves reporting out)."""
+    names = modules()
+    return _hash(set().union(*(closure(m, frozenset()) for m in runtime_imports(Path(script)) if m in names)))
 
 
 def algorithm_code_hash(algorithm: str) -> str:

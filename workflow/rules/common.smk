@@ -13,7 +13,7 @@ sys.path.insert(
 )  # the fed package, also before `pip install -e .`
 from fed.config import canonical
 from fed.grid import Grid
-from fed.identity import algorithm_code_hash, code_hash
+from fed.identity import algorithm_code_hash, code_hash, script_hash
 from fed.validate import checked_config
 
 try:  # papers merged under config.yaml and the overlays, schema defaults, checked against the registries
@@ -59,6 +59,12 @@ def stage_inputs(w):
 def stage_code(w):
     """Identity of the code a stage runs (fed.identity): a param, so an edit to that code reruns the stage."""
     return algorithm_code_hash(GRID.stage_algorithm(key(w), w.stage))
+
+
+def script_code(script):
+    """Identity of the fed code a reporting script runs (fed.identity.script_hash): a param, so an edit to the
+    reporting code reruns the tables and figures it changes, and no training."""
+    return script_hash(Path(workflow.basedir) / "workflow/scripts" / script)
 
 
 def stage_record(w):

@@ -47,5 +47,7 @@ rule plot_partition:
         "logs/plot_partition/{preset}/{dataset}/{partition}/seed{seed}.log",
     conda:
         "../../envs/fed.yaml"
+    params:
+        code=script_code("plot_partition.py"),  # an edit to its reporting code reruns it
     script:
         "../scripts/plot_partition.py"
