@@ -48,6 +48,6 @@ rule plot_partition:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("plot_partition.py"),  # an edit to its reporting code reruns it
+        code=script_code("plot_partition.py"),
     script:
         "../scripts/plot_partition.py"

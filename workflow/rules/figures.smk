@@ -19,7 +19,7 @@ rule figure:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("figure.py"),  # an edit to its reporting code reruns it
+        code=script_code("figure.py"),
         figure=lambda w: GRID.figure(w.figure),
         cells=lambda w: GRID.figure_cells(GRID.figure(w.figure)),
         presets=lambda w: GRID.figure_presets(GRID.figure(w.figure)),

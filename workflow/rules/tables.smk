@@ -20,7 +20,7 @@ rule table:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("table.py"),  # an edit to its reporting code reruns it
+        code=script_code("table.py"),
         table=lambda w: GRID.table(w.table),
         preset=lambda w: GRID.preset(GRID.table(w.table)["preset"]),
         cells=lambda w: GRID.table_cells(GRID.table(w.table)),
@@ -67,7 +67,7 @@ rule costs:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("costs.py"),  # an edit to its reporting code reruns it
+        code=script_code("costs.py"),
         cells=lambda w: GRID.cost_cells(w.paper, w.preset),
         audited=lambda w: GRID.cost_cells(w.paper, w.preset, audited=True),
         baseline=lambda w: GRID.cost_baseline(w.paper, w.preset),
@@ -102,7 +102,7 @@ rule answer:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("answer.py"),  # an edit to its reporting code reruns it
+        code=script_code("answer.py"),
         table=answer_table,
         reduction=lambda w: GRID.preset(answer_table(w)["preset"]).get("reduction", ""),
     script:
@@ -130,7 +130,7 @@ rule analyses:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("analyses.py"),  # an edit to its reporting code reruns it
+        code=script_code("analyses.py"),
         table=analysed_table,
         cells=lambda w: GRID.table_cells(analysed_table(w)),
         report=lambda w: GRID.preset(analysed_table(w)["preset"])["report"],
@@ -156,7 +156,7 @@ rule claims:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("claims.py"),  # an edit to its reporting code reruns it
+        code=script_code("claims.py"),
         claims=lambda w: {
             n: c for n, c in CONFIG["claims"].items() if c["paper"] == w.paper
         },
@@ -192,7 +192,7 @@ rule summary:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("summary.py"),  # an edit to its reporting code reruns it
+        code=script_code("summary.py"),
         tables=GRID.verdict_tables(),
         papers={t: GRID.table(t)["paper"] for t in GRID.verdict_tables()},
         labels={t: GRID.table(t).get("table", t) for t in GRID.verdict_tables()},
