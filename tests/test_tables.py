@@ -124,3 +124,16 @@ def test_a_seed_study_table_shows_each_seed_and_the_range_of_its_last_rounds(tmp
     md = (tmp_path / "t.md").read_text()
     assert "| last 3 rounds " in md and "| 10.00 " in md and "| 25.00 / diverged / 33.00 " in md  # as written
     assert "25.00 / diverged / 33.00" in (tmp_path / "t.html").read_text()
+
+
+def test_a_frame_s_missing_numbers_are_blank_in_its_md_and_html_never_nan(tmp_path):
+    """A cost table's ZSDG column for a method without ZSDG, a leaderboard's untested p: blank in the md and the html
+    (not applicable), the number itself in the CSV; the numbers beside them are printed as before."""
+    from fed.reporting.tables import write_frame
+
+    frame = pd.DataFrame({"method": ["fedavg", "fedzdac"], "zsdg_source_acc": [float("nan"), 97.84], "seeds": [3, 3]})
+    write_frame(frame, tmp_path / "costs", "Costs.")
+    md = (tmp_path / "costs.md").read_text()
+    assert "nan" not in md and "| fedavg   |                   |       3 |" in md
+    assert "nan" not in (tmp_path / "costs.html").read_text().lower().replace("fedavg", "")
+    assert pd.read_csv(tmp_path / "costs.csv").zsdg_source_acc.isna().tolist() == [True, False]

@@ -371,8 +371,9 @@ def write_frame(
     csv_frame: pd.DataFrame | None = None,
     before: tuple[str, pd.DataFrame] | None = None,
 ) -> None:
-    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption, for the report);
-    ``before``: a (title, frame) shown first in the md and html, after the caption."""
+    """Write ``<prefix>.csv`` (machine-readable), ``.md`` and ``.html`` (with the caption, for the report; a missing
+    number left blank in both, as "not applicable", never "nan"); ``before``: a (title, frame) shown first in the md
+    and html, after the caption."""
     out = Path(out_prefix)
     out.parent.mkdir(parents=True, exist_ok=True)
     (df if csv_frame is None else csv_frame).to_csv(out.with_suffix(".csv"), index=False)
@@ -381,7 +382,7 @@ def write_frame(
         if title:
             md.append(title)
             html += f"<p>{_html_escape(title)}</p>"
-        md.append(frame.to_markdown(index=False))
+        md.append(frame.astype(object).where(frame.notna(), None).to_markdown(index=False, missingval=""))
         html += frame.to_html(index=False, na_rep="", border=0, classes="fedrepro-table")
     out.with_suffix(".md").write_text("\n\n".join(md) + "\n")
     out.with_suffix(".html").write_text(html + "\n")
