@@ -37,7 +37,10 @@ def test_best_method_supported_contradicted_inconclusive():
     noisy = table([("uni", "fedzdac", 86.0, 3.0, 3), ("uni", "fedavg", 85.0, 3.0, 3)])
     assert best_method(noisy, CLAIM)["verdict"] == INCONCLUSIVE
     one_seed = table([("uni", "fedzdac", 90.0, float("nan"), 1), ("uni", "fedavg", 80.0, float("nan"), 1)])
-    assert best_method(one_seed, CLAIM)["verdict"] == INCONCLUSIVE  # no test with a single seed
+    untested = best_method(one_seed, CLAIM)
+    assert untested["verdict"] == INCONCLUSIVE  # no test with a single seed, and the evidence says so
+    assert untested["evidence"] == "fmnist/uni: fedzdac 90.00 vs fedavg 80.00 (no test: fewer than 2 seeds)"
+    assert "(p=0.0" in best_method(clear_win, CLAIM)["evidence"]
     mixed = pd.concat([clear_win, clear_loss.assign(partition="multi")])
     assert best_method(mixed, CLAIM)["verdict"] == CONTRADICTED  # "in both partitions"
     lower = best_method(clear_loss, CLAIM | {"higher_is_better": False})

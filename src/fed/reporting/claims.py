@@ -56,6 +56,12 @@ def better(m1: float, s1: float, n1: int, m2: float, s2: float, n2: int, higher:
     return float(stats.ttest_ind_from_stats(m1, s1, n1, m2, s2, n2, equal_var=False, alternative=alternative).pvalue)
 
 
+def _p(p: float) -> str:
+    """A test's p-value as the evidence gives it; where ``better`` could not test (a side with fewer than 2 seeds),
+    says so."""
+    return f"p={p:.3g}" if math.isfinite(p) else "no test: fewer than 2 seeds"
+
+
 def _cells(rows: pd.DataFrame):
     """(label, rows) per table cell: (dataset, partition), and the source table when several are read together
     (FLea's two scarcity blocks share datasets and partitions)."""
@@ -86,7 +92,7 @@ def best_method(table: pd.DataFrame, claim: dict) -> dict:
         p_lose = better(rival.ours_mean, rival.ours_std, rival.seeds, best.ours_mean, best.ours_std, best.seeds, higher)
         outcomes.append(SUPPORTED if p_win < ALPHA else CONTRADICTED if p_lose < ALPHA else INCONCLUSIVE)
         evidence.append(
-            f"{cell}: {best.method} {best.ours_mean:.2f} vs {rival.method} {rival.ours_mean:.2f} (p={p_win:.3g})"
+            f"{cell}: {best.method} {best.ours_mean:.2f} vs {rival.method} {rival.ours_mean:.2f} ({_p(p_win)})"
         )
     return _combine(outcomes, evidence)
 
@@ -153,7 +159,7 @@ def _compare_ends(df: pd.DataFrame, claim: dict, shift: float, higher: bool) -> 
         gain = f", change {hi['mean'] - lo['mean']:+.2f} vs margin {shift:+g}" if "margin" in claim else ""
         evidence.append(
             f"{label}: {metric} at {x}={agg.index[0]:g} {lo['mean']:.2f} vs {x}={agg.index[-1]:g} "
-            f"{hi['mean']:.2f}{gain} (p={p_claim:.3g})"
+            f"{hi['mean']:.2f}{gain} ({_p(p_claim)})"
         )
     return _combine(outcomes, evidence)
 
@@ -185,7 +191,7 @@ def gap_trend(df: pd.DataFrame, claim: dict) -> dict:
         outcomes.append(SUPPORTED if p_narrows < ALPHA else CONTRADICTED if p_widens < ALPHA else INCONCLUSIVE)
         evidence.append(
             f"{dataset}: gap to the best other method {small.mean():+.2f} at x={xs[0]:g} vs {large.mean():+.2f} at "
-            f"x={xs[-1]:g} (p={p_narrows:.3g})"
+            f"x={xs[-1]:g} ({_p(p_narrows)})"
         )
     return _combine(outcomes, evidence)
 
@@ -202,7 +208,7 @@ def correlation(df: pd.DataFrame, claim: dict) -> dict:
         p_up = float(stats.spearmanr(g[x], g[metric], alternative="greater").pvalue)
         p_down = float(stats.spearmanr(g[x], g[metric], alternative="less").pvalue)
         outcomes.append(SUPPORTED if p_up < ALPHA else CONTRADICTED if p_down < ALPHA else INCONCLUSIVE)
-        evidence.append(f"{dataset}: Spearman ρ({x}, {metric}) = {rho.statistic:.2f} over {len(g)} rows (p={p_up:.3g})")
+        evidence.append(f"{dataset}: Spearman ρ({x}, {metric}) = {rho.statistic:.2f} over {len(g)} rows ({_p(p_up)})")
     return _combine(outcomes, evidence)
 
 
@@ -223,7 +229,7 @@ def margin_count(table: pd.DataFrame, claim: dict) -> dict:
         p_down = better(bar_m, bar_s, rival.seeds, best.ours_mean, best.ours_std, best.seeds)
         above, below = above + (p_up < ALPHA), below + (p_down < ALPHA)
         gain = best.ours_mean / rival.ours_mean - 1 if rival.ours_mean else math.nan
-        evidence.append(f"{cell}: {best.method} {gain:+.1%} over {rival.method} (p={p_up:.3g})")
+        evidence.append(f"{cell}: {best.method} {gain:+.1%} over {rival.method} ({_p(p_up)})")
     if not cells:
         return {"verdict": NOT_RUN, "evidence": ""}
     required = math.ceil(need * cells - 1e-9)
