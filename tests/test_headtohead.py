@@ -124,7 +124,7 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
 
     from fed.reporting.answer import answer_table
 
-    def lb(regime, method, rank, diff, significant, note=""):
+    def lb(regime, method, rank, diff, significant, note="", seeds=3):
         return {
             "regime": regime,
             "method": method,
@@ -134,6 +134,8 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
             "diff": diff,
             "significant": significant,
             "note": note,
+            "seeds": seeds,
+            "diverged_seeds": 3 - seeds,
         }
 
     leaderboard = pd.DataFrame(
@@ -145,6 +147,8 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
             lb("c", "x", 1, 1.0, False),
             lb("all regimes", "x", 1.3, 1.0, False),
             lb("all regimes", "fedavg", 1.7, None, False, "baseline"),
+            lb("a", "d", None, None, False, seeds=0),  # every seed diverged (FedDPMS under the shared SGD)
+            lb("all regimes", "d", None, None, False, seeds=0),
         ]
     )
     privacy = pd.DataFrame(
@@ -168,7 +172,8 @@ def test_the_answer_table_reads_wins_privacy_and_cost_from_the_tables():
         }
     )
     out = answer_table(leaderboard, costs, privacy, "global_acc").set_index("method")
-    assert list(out.index) == ["x", "fedavg"]  # by mean rank over all regimes
+    assert list(out.index) == ["x", "fedavg", "d"]  # by mean rank over all regimes
+    assert out.loc["d", "global_acc vs baseline (all regimes)"] == "diverged (3 of 3)"  # not "+nan"
     x = out.loc["x"]
     assert x["global_acc vs baseline (all regimes)"] == "+1.00"  # not significant: no *
     assert x["significantly better in"] == "a" and x["significantly worse in"] == "b"  # c: not significant

@@ -9,7 +9,7 @@ import math
 
 import pandas as pd
 
-from fed.reporting.leaderboard import ALL
+from fed.reporting.leaderboard import ALL, difference
 
 EPSILONS = ("epsilon_total", "epsilon_exact")  # DA-FL's ε0 + ε1 (Theorem 3); FedDPMS' composed releases
 # what can leave a client besides its model (the privacy ledger's item kinds, fed.algorithms' ctx.share calls)
@@ -55,7 +55,7 @@ def answer_table(leaderboard: pd.DataFrame, costs: pd.DataFrame, privacy: pd.Dat
         m = row["method"]
         mine = per_regime[per_regime["method"] == m]
         pc, cc = privacy[privacy["method"] == m], costs[costs["method"] == m]
-        diff = "baseline" if row.get("note") == "baseline" else f"{row['diff']:+.2f}{'*' if row['significant'] else ''}"
+        diff = "baseline" if row.get("note") == "baseline" else difference(row)
         rows.append(
             {
                 "method": m,

@@ -234,7 +234,7 @@ def matrix(board: pd.DataFrame) -> pd.DataFrame:
             shown = fmt(c["mean"], c["std"]) if method == c.baseline else _with_diff(fmt(c["mean"], math.nan), c)
             row[regime] = _no_value(c) or shown
         c = pooled.loc[method]
-        row[f"{ALL} (diff)"] = "—" if method == c.baseline else (_no_value(c) or _diff(c))
+        row[f"{ALL} (diff)"] = "—" if method == c.baseline else difference(c)
         row["p Holm"] = f"{c.p_holm:.2g}" if math.isfinite(c.p_holm) else ""
         rows.append(row)
     return pd.DataFrame(rows)
@@ -244,6 +244,12 @@ def _no_value(c) -> str:
     """A cell with no converged seed: "diverged (k of k)" where its seeds diverged, else "" (it has a value, or its
     row is not tested)."""
     return f"diverged ({c.diverged_seeds} of {c.diverged_seeds})" if c.seeds == 0 and c.diverged_seeds else ""
+
+
+def difference(c) -> str:
+    """A method's paired difference to the baseline as the tables print it: "±d.dd*", "diverged (k of k)" where
+    every seed diverged, "" where there is none."""
+    return _no_value(c) or _diff(c)
 
 
 def _diff(c) -> str:
