@@ -135,3 +135,18 @@ def test_the_summary_picture_of_a_run_with_nothing_compared_says_so(tmp_path):
     quick = pd.DataFrame({"verdict": ["not comparable (10 of 50 rounds)"], "delta": [1.0]})
     plot_verdict_deltas(compared_cells([("fedzda", "fedzda/table1", quick)]), tmp_path / "s.png", "t")
     assert (tmp_path / "s.png").stat().st_size > 1000
+
+
+def test_a_configuration_without_a_table_in_the_paper_s_layout_says_it_compares_nothing():
+    """The head-to-head's tables are leaderboards: its summary says nothing is compared with a paper, in place of
+    empty tables, on all three pages."""
+    from fed.reporting.summary import NOTHING_COMPARED, summary_html
+
+    counts = verdict_counts([])
+    assert counts.empty
+    assert NOTHING_COMPARED in summary_markdown(counts, {}) and "| paper" not in summary_markdown(counts, {})
+    assert NOTHING_COMPARED in summary_html(counts, {}) and "<table" not in summary_html(counts, {})
+    rst = summary_rst(counts, {}).removeprefix("{% raw %}").rstrip().removesuffix("{% endraw %}")
+    rst += "\n\n.. _summary.png: javascript:app.showResultInfo('x')\n"
+    html = publish_parts(rst, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
+    assert "compares with a paper" in html and "<table" not in html

@@ -64,32 +64,28 @@ def paper_counts(counts: pd.DataFrame) -> pd.DataFrame:
     return counts.drop(columns="table").groupby("paper", sort=False, as_index=False).sum()
 
 
+NOTHING_COMPARED = "No table of this configuration compares with a paper's numbers (a leaderboard compares methods)."
+
+
 def summary_markdown(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
-    parts = [
-        "# Reproduction summary",
-        "",
-        "Table cells per verdict, per paper:",
-        "",
-        paper_counts(counts).to_markdown(index=False),
-        "",
-        "Per table:",
-        "",
-        counts.to_markdown(index=False),
-        "",
-    ]
+    parts = ["# Reproduction summary", ""]
+    if counts.empty:
+        parts += [NOTHING_COMPARED, ""]
+    else:
+        parts += ["Table cells per verdict, per paper:", "", paper_counts(counts).to_markdown(index=False), ""]
+        parts += ["Per table:", "", counts.to_markdown(index=False), ""]
     for paper, df in claims.items():
         parts += [f"## Claims of {paper}", "", df[CLAIM_COLUMNS].to_markdown(index=False), ""]
     return "\n".join(parts)
 
 
 def summary_html(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
-    parts = [
-        HTML_HEAD,
-        "<h2>Reproduction summary</h2><p>Table cells per verdict, per paper</p>",
-        _html(paper_counts(counts)),
-        "<p>Per table</p>",
-        _html(counts),
-    ]
+    parts = [HTML_HEAD, "<h2>Reproduction summary</h2>"]
+    if counts.empty:
+        parts.append(f"<p>{NOTHING_COMPARED}</p>")
+    else:
+        parts += ["<p>Table cells per verdict, per paper</p>", _html(paper_counts(counts))]
+        parts += ["<p>Per table</p>", _html(counts)]
     for paper, df in claims.items():
         parts += [f"<p>Claims of {paper}</p>", _html(df[CLAIM_COLUMNS])]
     return "\n".join(parts) + "\n"
@@ -113,7 +109,7 @@ def summary_rst(counts: pd.DataFrame, claims: dict[str, pd.DataFrame]) -> str:
         " paper's protocol. Tables: every cell; Summary: the counts per table and the claims with their statements and"
         " evidence. Every compared cell drawn as ours − paper, coloured by its verdict: summary.png_.",
         "",
-        _csv_table("Table cells per verdict, per paper", paper_counts(counts)),
+        NOTHING_COMPARED if counts.empty else _csv_table("Table cells per verdict, per paper", paper_counts(counts)),
     ]
     verdicts = [df.assign(paper=paper)[["paper", "claim", "verdict"]] for paper, df in claims.items()]
     if verdicts:
