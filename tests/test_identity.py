@@ -164,3 +164,12 @@ def test_a_reporting_edit_reruns_the_reports_that_run_it_and_no_training(package
     after = reports()
     touch(package_copy / "provenance.py")  # a table's cells' machines set its floor: outside every run, not a report
     assert reports()["table"] != after["table"]
+    # a figure's kind is loaded by name (the registry's importlib): the figure rule names it
+    figure = REPO / "workflow/scripts/figure.py"
+    heat_map, curves = "fed.reporting.figure_kinds.gain_heatmap", "fed.reporting.figure_kinds.accuracy_curves"
+    before = {k: identity.script_hash(figure, k) for k in (heat_map, curves)}
+    touch(package_copy / "reporting/figure_kinds/gain_heatmap.py")
+    for cached in (identity.modules, identity.import_graph, identity.script_hash):
+        cached.cache_clear()
+    assert identity.script_hash(figure, heat_map) != before[heat_map]
+    assert identity.script_hash(figure, curves) == before[curves]

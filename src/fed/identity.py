@@ -112,12 +112,14 @@ def module_hash(module: str) -> str:
 
 
 @functools.cache
-def script_hash(script: Path) -> str:
-    """Content hash of the ``fed`` code a workflow script runs: the closures of the modules it imports, none left
-    out (where a cell ran, say, is part of a table). The reporting rules pass it as a param, so an edit to the
-    reporting code reruns the tables and figures that run it, and no training (``code_hash`` leaves reporting out)."""
+def script_hash(script: Path, *loaded: str) -> str:
+    """Content hash of the ``fed`` code a workflow script runs: the closures of the modules it imports and of
+    ``loaded``, modules it loads by name (a figure's kind, ``fed.reporting.figure_kinds``), none left out (where a
+    cell ran, say, is part of a table). The reporting rules pass it as a param, so an edit to the reporting code
+    reruns the tables and figures that run it, and no training (``code_hash`` leaves reporting out)."""
     names = modules()
-    return _hash(set().union(*(closure(m, frozenset()) for m in runtime_imports(Path(script)) if m in names)))
+    imported = [m for m in runtime_imports(Path(script)) if m in names]
+    return _hash(set().union(*(closure(m, frozenset()) for m in [*imported, *loaded])))
 
 
 def algorithm_code_hash(algorithm: str) -> str:

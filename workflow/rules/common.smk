@@ -61,10 +61,11 @@ def stage_code(w):
     return algorithm_code_hash(GRID.stage_algorithm(key(w), w.stage))
 
 
-def script_code(script):
-    """Identity of the fed code a reporting script runs (fed.identity.script_hash): a param, so an edit to the
-    reporting code reruns the tables and figures it changes, and no training."""
-    return script_hash(Path(workflow.basedir) / "workflow/scripts" / script)
+def script_code(script, *loaded):
+    """Identity of the fed code a reporting script runs, ``loaded`` the modules it loads by name
+    (fed.identity.script_hash): a param, so an edit to the reporting code reruns the tables and figures it
+    changes, and no training."""
+    return script_hash(Path(workflow.basedir) / "workflow/scripts" / script, *loaded)
 
 
 def stage_record(w):

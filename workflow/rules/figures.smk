@@ -19,7 +19,9 @@ rule figure:
     conda:
         "../../envs/fed.yaml"
     params:
-        code=script_code("figure.py"),
+        code=lambda w: script_code(
+            "figure.py", f"fed.reporting.figure_kinds.{GRID.figure(w.figure)['kind']}"
+        ),
         figure=lambda w: GRID.figure(w.figure),
         cells=lambda w: GRID.figure_cells(GRID.figure(w.figure)),
         presets=lambda w: GRID.figure_presets(GRID.figure(w.figure)),
