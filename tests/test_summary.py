@@ -35,7 +35,7 @@ def test_verdict_counts_and_rst_render():
     assert rst.startswith("{% raw %}") and rst.rstrip().endswith("{% endraw %}")  # Snakemake renders it with Jinja
     body = rst.removeprefix("{% raw %}").rstrip().removesuffix("{% endraw %}")
     body += "\n\n.. _summary.png: javascript:app.showResultInfo('x')\n"  # the link target Snakemake appends
-    html = publish_parts(body, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
+    html = publish_parts(body, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
     assert "Table cells per verdict" in html and "c1" in html and "contradicted" in html
     assert "showResultInfo" in html  # the picture's link resolves
 
@@ -148,5 +148,5 @@ def test_a_configuration_without_a_table_in_the_paper_s_layout_says_it_compares_
     assert NOTHING_COMPARED in summary_html(counts, {}) and "<table" not in summary_html(counts, {})
     rst = summary_rst(counts, {}).removeprefix("{% raw %}").rstrip().removesuffix("{% endraw %}")
     rst += "\n\n.. _summary.png: javascript:app.showResultInfo('x')\n"
-    html = publish_parts(rst, writer_name="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
+    html = publish_parts(rst, writer="html", settings_overrides={"report_level": 2, "halt_level": 2})["html_body"]
     assert "compares with a paper" in html and "<table" not in html
