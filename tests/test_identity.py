@@ -146,10 +146,10 @@ def test_a_reporting_edit_reruns_the_reports_that_run_it_and_no_training(package
     method reruns its runs only (test above), no report."""
     scripts = {s: REPO / f"workflow/scripts/{s}.py" for s in ("summary", "table", "figure", "claims")}
 
-    def reports():
+    def reports(*loaded):
         for cached in (identity.modules, identity.import_graph, identity.script_hash):
             cached.cache_clear()
-        return {s: identity.script_hash(path) for s, path in scripts.items()}
+        return {s: identity.script_hash(path, *loaded) for s, path in scripts.items()}
 
     before = reports()
     touch(package_copy / "algorithms/scaffold.py")
@@ -165,11 +165,7 @@ def test_a_reporting_edit_reruns_the_reports_that_run_it_and_no_training(package
     touch(package_copy / "provenance.py")  # a table's cells' machines set its floor: outside every run, not a report
     assert reports()["table"] != after["table"]
     # a figure's kind is loaded by name (the registry's importlib): the figure rule names it
-    figure = REPO / "workflow/scripts/figure.py"
     heat_map, curves = "fed.reporting.figure_kinds.gain_heatmap", "fed.reporting.figure_kinds.accuracy_curves"
-    before = {k: identity.script_hash(figure, k) for k in (heat_map, curves)}
+    before = {kind: reports(kind)["figure"] for kind in (heat_map, curves)}
     touch(package_copy / "reporting/figure_kinds/gain_heatmap.py")
-    for cached in (identity.modules, identity.import_graph, identity.script_hash):
-        cached.cache_clear()
-    assert identity.script_hash(figure, heat_map) != before[heat_map]
-    assert identity.script_hash(figure, curves) == before[curves]
+    assert reports(heat_map)["figure"] != before[heat_map] and reports(curves)["figure"] == before[curves]
