@@ -121,7 +121,7 @@ def write_cell(tmp_path, name, value, machine):
     return {"dataset": "d", "partition": "p", "method": "m", "seed": int(name[-1]), "path": path}
 
 
-def test_a_table_of_several_machines_says_so_and_no_verdict_rests_on_rounding(tmp_path):
+def test_a_table_of_several_machines_says_so_and_raises_its_verdicts_floor(tmp_path):
     """Paper 80 ± 0; ours 82.5 on three seeds: above the default floor (2 pp), within the cross-machine one (2.8)."""
     one = collect_runs([write_cell(tmp_path, f"s{i}", 82.5, AVX2) for i in range(3)])
     mixed = collect_runs([write_cell(tmp_path, f"t{i}", 82.5, m) for i, m in enumerate([AVX2, AVX512, None])])
