@@ -141,6 +141,25 @@ def test_a_run_whose_tuning_diverged_everywhere_trains_nothing_beside_a_checkpoi
     assert math.isnan(out["last"]["global_acc"]) and out["best"] == {}
 
 
+@pytest.mark.parametrize(("minutes", "saved"), [(0, [4]), (1e-9, [1, 2, 3, 4])])
+def test_a_checkpoint_also_comes_after_checkpoint_minutes(setup, tmp_path, minutes, saved):
+    """``checkpoint_minutes``: a round that ends that long after the last checkpoint checkpoints, whatever
+    ``checkpoint_every`` says (slow rounds lose at most that much to a kill); 0 leaves it to the rounds. The resumed
+    run ends with the numbers of an uninterrupted one."""
+    train, test, part, _ = setup
+
+    class Recording(Engine):
+        def save_checkpoint(self, wall):
+            rounds.append(self.ctx.round)
+            super().save_checkpoint(wall)
+
+    rounds: list[int] = []
+    cfg = FLConfig(**(SMALL | dict(rounds=4, checkpoint_every=100, checkpoint_minutes=minutes)))
+    out = Recording(cfg, build_algorithm("fedavg"), train, test, part, 0, work_dir=tmp_path, progress=None).run()
+    assert rounds == saved
+    assert strip(out["history"]) == strip(run(setup, rounds=4)["history"])
+
+
 def test_checkpoint_of_other_settings_is_not_resumed(setup, tmp_path):
     run(setup, work_dir=tmp_path, checkpoint_every=1)
     other = run(setup, work_dir=tmp_path, lr=0.05)  # same work dir, different lr: must start from scratch

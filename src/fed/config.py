@@ -30,6 +30,9 @@ class FLConfig:
     local_test_fraction: float = 0.2
     eval_every: int = 1
     checkpoint_every: int = 5
+    # also checkpoint after any round that ends this many minutes of wall clock after the last checkpoint (0: rounds
+    # only), so a kill loses at most this much and one round: a paper-scale CPU round takes minutes
+    checkpoint_minutes: float = 10.0
     model: str = "cnn_mnist"
     init: str = "torch"  # the model's initial weights (INIT_SCHEMES; fed.models.initialise)
     report: str = "last"  # protocol the tables apply: "last" round or "best" round

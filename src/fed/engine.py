@@ -34,7 +34,16 @@ from fed.rounds import run_round
 ROUNDS_FILE = "rounds.json"
 
 # Settings that do not change the training trajectory (what is evaluated or saved, and for how long).
-TRAJECTORY_NEUTRAL = ("rounds", "eval_every", "checkpoint_every", "report", "reduction", "note", "device")
+TRAJECTORY_NEUTRAL = (
+    "rounds",
+    "eval_every",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "report",
+    "reduction",
+    "note",
+    "device",
+)
 EVALUATED = ("global_acc", "class_acc_variance", "local_acc_mean", "client_acc_variance")
 
 
@@ -130,7 +139,13 @@ class Engine:
     def checkpoint_path(self) -> Path | None:
         return self.work_dir / "checkpoint.pt" if self.work_dir else None
 
+    def due(self) -> bool:
+        """``checkpoint_minutes`` of wall clock have passed since the last checkpoint (or this segment's start)."""
+        minutes = self.cfg.checkpoint_minutes
+        return minutes > 0 and time.perf_counter() - self._saved_at >= 60 * minutes
+
     def save_checkpoint(self, wall: float) -> None:
+        self._saved_at = time.perf_counter()
         if not self.checkpoint_path:
             return
         checkpoint.save(
@@ -227,7 +242,7 @@ class Engine:
     # ------------------------------------------------------------------ the loop
     def run(self) -> dict[str, Any]:
         cfg, ctx = self.cfg, self.ctx
-        started = time.perf_counter()
+        started = self._saved_at = time.perf_counter()
         self.algorithm.setup(ctx)  # deterministic; re-run on resume, expensive products come from stages
         if self.diverged_in_tuning:
             resumed, self.diverged_round, self.history = False, 0, []
@@ -280,7 +295,7 @@ class Engine:
             if self.on_round:
                 self.on_round(row)
             out_of_time = self.stop_at is not None and time.time() > self.stop_at and ctx.round < last
-            if diverged or out_of_time or ctx.round % cfg.checkpoint_every == 0 or ctx.round == last:
+            if diverged or out_of_time or ctx.round % cfg.checkpoint_every == 0 or ctx.round == last or self.due():
                 self.save_checkpoint(self.wall_before + time.perf_counter() - started)
             if out_of_time and not diverged:
                 bar.close()

@@ -12,7 +12,16 @@ from fed.config import PROTOCOL_KEY
 # settings that change no number of a cell: labels, where checkpoints go and how often, and which round a table
 # reports (every metrics.json holds both the last and the best round); the device, the batched path and CUDA's
 # kernel choice change rounding only, like the CPU (the cell records them: machine, batched_clients, deterministic)
-NEUTRAL = {"note", "reduction", "checkpoint_every", "device", "report", "vectorise", "deterministic"}
+NEUTRAL = {
+    "note",
+    "reduction",
+    "checkpoint_every",
+    "checkpoint_minutes",
+    "device",
+    "report",
+    "vectorise",
+    "deterministic",
+}
 
 
 def json_safe(value: Any) -> Any:
