@@ -86,7 +86,12 @@ def friedman_nemenyi(values: pd.DataFrame, baseline: str, higher_is_better: bool
     k, n = wide.shape[1], wide.shape[0]
     ranks = (-wide if higher_is_better else wide).rank(axis=1, method="average").mean()
     p = float(stats.friedmanchisquare(*wide.to_numpy().T).pvalue) if k >= 3 and n >= 2 else math.nan
-    cd = stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2) * math.sqrt(k * (k + 1) / (6 * n))
+    # no complete block (no regime and seed where every method has a value: runs that diverged): no ranks, no CD
+    cd = (
+        stats.studentized_range.ppf(1 - ALPHA, k, np.inf) / math.sqrt(2) * math.sqrt(k * (k + 1) / (6 * n))
+        if n
+        else math.nan
+    )
     rows = []
     for method in wide.columns:
         if method != baseline:
@@ -131,11 +136,11 @@ def survivors(analysed: pd.DataFrame) -> pd.DataFrame:
 def board_values(runs: pd.DataFrame, metric: str, protocol: str) -> pd.DataFrame:
     """``collect_runs``' rows of a leaderboard's cells as ``analyse`` reads them: method, regime, seed, value of
     ``metric`` at the ``protocol``'s round; a diverged run has no value."""
-    from fed.reporting.leaderboard import seed_values
+    from fed.reporting.leaderboard import regime_label, seed_values
 
     x = seed_values(runs, metric, protocol).dropna(subset=["value"])
     several = x["dataset"].nunique() > 1
-    x["regime"] = [f"{d}/{p}" if several else p for d, p in zip(x["dataset"], x["partition"])]
+    x["regime"] = [regime_label(d, p, several) for d, p in zip(x["dataset"], x["partition"])]
     return x[["method", "regime", "seed", "value"]]
 
 
@@ -208,7 +213,8 @@ def glance(analysed: pd.DataFrame, methods: list[str] = ()) -> pd.DataFrame:
     order = list(primary.sort_values("diff", ascending=False).index)
     order += [m for m in methods if m not in order]
     fried = by.get("friedman", pd.DataFrame())
-    cd = f"CD {fried['statistic'].iloc[0]:.2f} over {fried['n'].iloc[0]} blocks" if len(fried) else "no complete block"
+    complete = len(fried) and fried["n"].iloc[0]
+    cd = f"CD {fried['statistic'].iloc[0]:.2f} over {fried['n'].iloc[0]} blocks" if complete else "no complete block"
     kept = survivors(analysed).set_index("method")
     regimes = analysed[analysed["analysis"].str.startswith("regime:")]
     rows = []
