@@ -149,3 +149,116 @@ def test_a_contrast_is_its_own_family_of_one_against_its_own_method():
     assert c["statistic"].iloc[0] == pytest.approx(t, rel=1e-5)
     assert c["p_holm"].iloc[0] == c["p"].iloc[0] == pytest.approx(1 - 2 * math.atan(t) / math.pi, rel=1e-5)
     assert row(every[every["against"] == "base"], "primary", "A")["diff"] == pytest.approx(3.5)  # the board's own
+
+
+def test_a_board_with_no_complete_block_is_analysed_and_says_so():
+    """A and B ran on different seeds (the others diverged): no (regime, seed) block holds every method, so
+    Friedman has no ranks and Nemenyi no CD, and the glance says so instead of failing."""
+    from fed.reporting.analyses import glance
+
+    rows = [dict(method="base", regime="r", seed=s, value=10.0 + s) for s in range(4)]
+    rows += [dict(method="A", regime="r", seed=s, value=12.0 + s) for s in (0, 1)]
+    rows += [dict(method="B", regime="r", seed=s, value=9.0 + s) for s in (2, 3)]
+    t = analyse(pd.DataFrame(rows), "base")
+    friedman = row(t, "friedman", "A")
+    assert friedman["n"] == 0 and math.isnan(friedman["statistic"]) and not friedman["significant"]
+    g = glance(t, ["A", "B"]).set_index("method")
+    assert g.loc["A", "Friedman–Nemenyi (no complete block)"] == "n/a"
+    assert g.loc["A", "pooled t"].startswith("better (") and g.loc["B", "pooled t"].startswith("worse (")
+
+
+def test_small_cases_by_hand():
+    """One regime: the primary analysis has its δ and n but no test; two pairs are enough for Wilcoxon's test (exact,
+    both positive: p = 2/2²), one pair or no nonzero difference are not; two complete blocks are enough for
+    Friedman's, whose p is its own Holm p (one test a method); the columns come in the documented order."""
+    from fed.reporting.analyses import COLUMNS, regime_means_t, signed_rank
+
+    one = regime_means_t(pd.DataFrame({"regime": ["r", "r"], "d": [1.0, 2.0]}))
+    assert one["diff"] == 1.5 and one["n"] == 1 and math.isnan(one["p"])
+    assert signed_rank(pd.DataFrame({"d": [1.0, 2.0]}))["p"] == pytest.approx(0.5)
+    assert signed_rank(pd.DataFrame({"d": [1.0, 1.0]}))["p"] == pytest.approx(0.5)
+    single = signed_rank(pd.DataFrame({"d": [3.0]}))
+    assert single["diff"] == 3.0 and single["n"] == 1 and math.isnan(single["p"])
+    assert math.isnan(signed_rank(pd.DataFrame({"d": [0.0, 0.0, 0.0]}))["p"])
+    two_blocks = values()[values()["seed"] == 0]
+    t = analyse(two_blocks, "base")
+    assert list(t.columns) == COLUMNS
+    # ranks: A 1 and 1, B 2 and 3, base 3 and 2: χ² = 12/(2·3·4)·(2² + 5² + 5²) − 3·2·4 = 3, p = e^(−3/2)
+    friedman = row(t, "friedman", "A")
+    assert friedman["n"] == 2 and friedman["p"] == pytest.approx(math.exp(-1.5)) and friedman["p_holm"] == friedman["p"]
+    primary = row(analyse(two_blocks[two_blocks["regime"] == "r1"], "base"), "primary", "A")
+    assert primary["diff"] == 1 and primary["n"] == 1 and math.isnan(primary["p_holm"])
+    assert differences(values(), "base")["d"].tolist()[:6] == [1, 2, 3, 4, 5, 6]  # higher is better by default
+
+
+def test_survivors_count_a_missing_analysis_as_not_significant():
+    t = analyse(values(), "base")
+    everything = t.assign(significant=True)  # as if every analysis found A better
+    assert survivors(everything).set_index("method").loc["A", "survives"]
+    assert not survivors(everything[everything["analysis"] != "friedman"]).set_index("method").loc["A", "survives"]
+
+
+def test_the_glance_words_a_small_significant_gain_and_a_conclusion_that_holds_under_all_four():
+    from fed.reporting.analyses import glance
+
+    t = analyse(values(), "base")
+    t.loc[t["method"] == "A", "significant"] = True
+    t.loc[t["method"] == "A", "diff"] = 0.5  # a gain under 1
+    g = glance(t, ["A", "B"]).set_index("method")
+    assert g.loc["A", "pooled t"].startswith("better (") and g.loc["A", "all four"] == "better"
+    lone = values()[(values()["seed"] == 0) & (values()["regime"] == "r1")]  # one pair: no test at all
+    assert glance(analyse(lone, "base"), ["A"]).set_index("method").loc["A", "pooled t"] == "n/a"
+
+
+def test_the_glance_keeps_every_method_with_no_value():
+    from fed.reporting.analyses import glance
+
+    g = glance(analyse(values(), "base"), ["A", "B", "C", "D"])
+    assert list(g["method"]) == ["A", "B", "C", "D"] and set(g["δ"][2:]) == {"no value (every run diverged)"}
+
+
+def test_board_values_name_regimes_by_dataset_when_a_board_has_several():
+    from fed.reporting.analyses import board_values
+
+    runs = values().rename(columns={"regime": "partition"})
+    runs = runs.assign(dataset=["d1", "d2"] * (len(runs) // 2), protocol="last", metric="global_acc", diverged=False)
+    assert set(board_values(runs, "global_acc", "last")["regime"]) == {"d1/r1", "d2/r1", "d1/r2", "d2/r2"}
+    assert set(board_values(runs.assign(dataset="d"), "global_acc", "last")["regime"]) == {"r1", "r2"}
+
+
+def test_a_board_of_a_lower_is_better_metric_against_the_default_baseline():
+    """``client_acc_variance`` is lower-is-better (fed.metrics): a method whose variance falls is better; the CSV names
+    the metric and the baseline, FedAvg where the table names none."""
+    from fed.metrics import LOWER_IS_BETTER
+    from fed.reporting.analyses import board_analyses
+
+    metric = "client_acc_variance"
+    assert metric in LOWER_IS_BETTER
+    rows = values(higher=False).replace({"method": {"base": "fedavg"}}).rename(columns={"regime": "partition"})
+    runs = rows.assign(dataset="d", protocol="last", metric=metric, diverged=False)
+    board = {"methods": ["fedavg", "A", "B"], "metrics": [metric], "contrasts": {"A": "B"}}
+    every, glances = board_analyses(runs, board, "last")
+    assert set(every["metric"]) == {metric} and set(every["against"]) == {"fedavg", "B"}
+    assert row(every[every["against"] == "fedavg"], "primary", "A")["diff"] == pytest.approx(3.5)
+    assert row(every[every["against"] == "B"], "primary", "A")["diff"] == pytest.approx(4.18333, rel=1e-5)
+
+
+def test_table_runs_counts_the_missing_cells_and_names_the_first(tmp_path, monkeypatch):
+    """In process (``fed analyse``'s test runs it in a subprocess, where mutation testing cannot see): the count of
+    cells neither committed nor run, and the first of them in the table's order."""
+    from conftest import REPO
+
+    from fed.grid import Grid
+    from fed.reporting.analyses import table_runs
+
+    (tmp_path / "seed99.yaml").write_text("tables:\n  headtohead_protocol_shared:\n    seeds: [0, 99]\n")
+    names = ("headtohead", "headtohead_cpu", "headtohead_protocol")
+    grid = Grid.from_files([str(REPO / f"config/{n}.yaml") for n in names] + [str(tmp_path / "seed99.yaml")], REPO)
+    monkeypatch.chdir(tmp_path)
+    cells = [grid.cell_path(**c) for c in grid.table_cells(grid.config["tables"]["headtohead_protocol_shared"])]
+    missing = [str(p) for p in cells if "/seed99/" in str(p)]
+    assert missing and len(missing) < len(cells)
+    with pytest.raises(ValueError) as err:
+        table_runs(grid, "headtohead_protocol_shared")
+    assert f"{len(missing)} of its {len(cells)} cells are neither committed" in str(err.value)
+    assert f"e.g. {missing[0]}: run them first" in str(err.value)

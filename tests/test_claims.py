@@ -1,6 +1,9 @@
 """Claims are tested over seeds: supported, contradicted or inconclusive, never assumed."""
 
+import math
+
 import pandas as pd
+import pytest
 
 from fed.reporting.claims import (
     CONTRADICTED,
@@ -270,3 +273,229 @@ def test_a_cell_s_own_metric_in_a_figure_of_several_rounds_is_tested_once_a_seed
     )
     assert out["evidence"] == once["evidence"] and out["verdict"] == once["verdict"]
     assert "round" not in out["evidence"] and out["evidence"].count("fmnist: global_acc at x=0 70.00 vs x=3 68.50") == 1
+
+
+# ---- the tests' own rules, by hand (each case below is one that a wrong rule would answer otherwise)
+
+
+def test_better_is_welchs_one_sided_t_by_hand():
+    """Welch: m = 10 vs 8, s = 1 vs 3, n = 3 vs 5: se² = 1/3 + 9/5, t = 2/se, ν = se⁴ / ((1/3)²/2 + (9/5)²/4)
+    (Student's pooled t gives another p here); lower is better flips the side; a side of one seed is not tested."""
+    from scipy import stats
+
+    from fed.reporting.claims import better
+
+    se2 = 1 / 3 + 9 / 5
+    nu = se2**2 / ((1 / 3) ** 2 / 2 + (9 / 5) ** 2 / 4)
+    p = stats.t.sf(2 / math.sqrt(se2), nu)
+    assert nu == pytest.approx(5.2581, abs=1e-4)
+    assert better(10, 1, 3, 8, 3, 5) == pytest.approx(p, rel=1e-9)
+    assert better(8, 3, 5, 10, 1, 3, higher=False) == pytest.approx(p, rel=1e-9)
+    assert better(10, 1, 3, 8, 3, 5, higher=False) == pytest.approx(1 - p, rel=1e-9)
+    assert math.isfinite(better(10, 1, 2, 8, 1, 2))  # two seeds a side: tested
+    assert math.isnan(better(10, 1, 1, 8, 1, 3)) and math.isnan(better(10, 1, 3, 8, 1, 1))
+    assert math.isnan(better(10, math.nan, 3, 8, 1, 3))
+
+
+def test_better_with_no_spread_on_both_sides_is_decided_by_the_means_alone():
+    from fed.reporting.claims import better
+
+    assert better(10, 0, 3, 8, 0, 3) == 0.0 and better(8, 0, 3, 10, 0, 3) == 1.0 and better(8, 0, 3, 8, 0, 3) == 1.0
+    assert better(8, 0, 3, 10, 0, 3, higher=False) == 0.0
+    # spread on one side only: Welch's t, not the rule of no spread
+    assert 0.0 < better(10, 0, 3, 8, 1, 3) < 0.05 and 0.0 < better(10, 1, 3, 8, 0, 3) < 0.05
+
+
+def test_a_p_value_equal_to_alpha_is_not_significant(monkeypatch):
+    """Significant means p < α = 0.05: a test at exactly α supports and contradicts nothing, in every kind."""
+    from fed.reporting import claims as c
+
+    monkeypatch.setattr(c, "better", lambda *args, **kwargs: c.ALPHA)
+    rows = table([("uni", "fedzdac", 86.0, 0.3, 3), ("uni", "fedavg", 84.0, 0.3, 3)])
+    assert c.best_method(rows, CLAIM)["verdict"] == INCONCLUSIVE
+    fig = pd.DataFrame(
+        [dict(dataset="d", x=x, seed=s, m=x + 0.1 * s, diverged=False) for x in (1, 2) for s in range(3)]
+    )
+    assert c.trend(fig, {"x": "x", "metric": "m"})["verdict"] == INCONCLUSIVE
+    lines = pd.DataFrame(
+        [dict(dataset="d", x=x, line=ln, seed=s, m=v + s, diverged=False)
+         for x in (1, 2) for ln, v in (("a", 5.0 * x), ("b", 1.0)) for s in range(3)]
+    )  # fmt: skip
+    assert c.gap_trend(lines, {"metric": "m", "methods": ["a"]})["verdict"] == INCONCLUSIVE
+    counted = c.margin_count(rows, CLAIM | {"margin": 0.01, "fraction": 1.0})
+    assert counted["verdict"] == INCONCLUSIVE and counted["evidence"].startswith("0 of 1 cells")
+
+
+def test_best_method_when_lower_is_better_picks_the_lowest_of_several_and_can_be_contradicted():
+    rows = table(
+        [
+            ("uni", "fedzdac", 5.0, 0.1, 3),
+            ("uni", "fedzdas", 9.0, 0.1, 3),
+            ("uni", "fedavg", 7.0, 0.1, 3),
+            ("uni", "fedprox", 6.0, 0.1, 3),
+        ]
+    )
+    lower = CLAIM | {"higher_is_better": False}
+    won = best_method(rows, lower)
+    assert won["verdict"] == SUPPORTED and won["evidence"].startswith("fmnist/uni: fedzdac 5.00 vs fedprox 6.00")
+    lost = best_method(rows[rows.method != "fedzdac"], lower)
+    assert lost["verdict"] == CONTRADICTED and "fedzdas 9.00 vs fedprox 6.00" in lost["evidence"]
+
+
+def test_best_method_skips_a_cell_with_no_rival_left_and_goes_on_in_table_order():
+    """A rival whose every seed diverged (seeds 0, no mean) is no rival: its cell is skipped, the next ones are
+    read, and the evidence follows the table's order."""
+    rows = table(
+        [
+            ("uni", "fedzdac", 86.0, 0.3, 3),
+            ("uni", "fedavg", math.nan, math.nan, 0),
+            ("zeta", "fedzdac", 86.0, 0.3, 3),
+            ("zeta", "fedavg", 84.0, 0.3, 3),
+            ("alpha", "fedzdac", 86.0, 0.3, 3),
+            ("alpha", "fedavg", 84.0, 0.3, 3),
+        ]
+    )
+    out = best_method(rows, CLAIM)
+    assert (
+        out["verdict"] == SUPPORTED
+        and out["evidence"].startswith("fmnist/zeta")
+        and "fmnist/uni" not in out["evidence"]
+    )
+    assert out["evidence"].index("fmnist/zeta") < out["evidence"].index("fmnist/alpha")
+    assert best_method(rows.head(2), CLAIM) == {"verdict": NOT_RUN, "evidence": ""}
+
+
+def test_datasets_restrict_a_claim():
+    rows = pd.concat(
+        [
+            table([("uni", "fedzdac", 86.0, 0.3, 3), ("uni", "fedavg", 84.0, 0.3, 3)]),
+            table([("uni", "fedzdac", 80.0, 0.3, 3), ("uni", "fedavg", 84.0, 0.3, 3)]).assign(dataset="cifar10"),
+        ]
+    )
+    assert best_method(rows, CLAIM)["verdict"] == CONTRADICTED
+    assert best_method(rows, CLAIM | {"datasets": ["fmnist"]})["verdict"] == SUPPORTED
+
+
+def test_trend_over_a_tables_methods_reads_one_metric_and_leaves_out_a_diverged_point():
+    t4 = table(
+        [
+            ("1-label", "eps1", 58.0, 1.0, 3),
+            ("1-label", "eps50", 75.0, 1.0, 3),
+            ("1-label", "epsinf", math.nan, math.nan, 0),
+        ]
+    )
+    other_metric = table([("1-label", "eps1", 99.0, 0.1, 3)]).assign(metric="pooled_acc")
+    claim = {"x": "epsilon", "metric": "local_acc_mean", "decreasing": False}
+    claim["x_values"] = {"eps1": 1, "eps50": 50, "epsinf": float("inf"), "other": 2}
+    rows = pd.concat([t4, other_metric, table([("1-label", "other", 70.0, 1.0, 3)]).assign(metric="pooled_acc")])
+    out = trend(rows, claim)
+    assert (
+        out["verdict"] == SUPPORTED
+        and out["evidence"]
+        == "fmnist/1-label: local_acc_mean at epsilon=1 58.00 vs epsilon=50 75.00 (p=" + out["evidence"].split("(p=")[1]
+    )
+    one_seed = trend(table([("1-label", "eps1", 58.0, 1.0, 3), ("1-label", "eps50", 75.0, math.nan, 1)]), claim)
+    assert one_seed["verdict"] == INCONCLUSIVE and one_seed["evidence"].endswith("(no test: fewer than 2 seeds)")
+
+
+def test_trend_defaults_to_decreasing_and_a_figure_needs_no_diverged_column():
+    fig = pd.DataFrame([dict(dataset="d", x=x, seed=s, m=10.0 - x + 0.1 * s) for x in (1, 2) for s in range(3)])
+    out = trend(fig, {"x": "x", "metric": "m"})
+    assert out["verdict"] == SUPPORTED and out["evidence"].startswith("d: m at x=1 9.10 vs x=2 8.10 (p=")
+    rising = fig.assign(m=10.0 + fig.x * 0.5 + 0.01 * fig.seed)  # +0.5: not +1 (a trend has no margin)
+    assert trend(rising, {"x": "x", "metric": "m", "decreasing": False})["verdict"] == SUPPORTED
+
+
+def test_a_diverged_seed_is_left_out_even_where_its_row_holds_a_number():
+    fig = pd.DataFrame(
+        [dict(dataset="d", x=x, seed=s, m=10.0 - x + 0.1 * s, diverged=False) for x in (1, 2) for s in range(3)]
+        + [dict(dataset="d", x=2, seed=3, m=50.0, diverged=True)]
+    )
+    assert trend(fig, {"x": "x", "metric": "m"})["verdict"] == SUPPORTED
+
+
+def test_small_loss_with_no_spread_is_decided_by_the_means():
+    from fed.reporting.claims import small_loss
+
+    fig = pd.DataFrame(
+        [dict(dataset="d", x=x, seed=s, m=70.0 - 0.5 * x, diverged=False) for x in (0, 3) for s in range(3)]
+    )
+    assert small_loss(fig, {"x": "x", "metric": "m", "margin": 2.0})["verdict"] == SUPPORTED  # −1.5 pp, no spread
+
+
+def test_gap_trend_compares_the_smallest_with_the_largest_of_three_x_and_skips_what_it_cannot_read():
+    from fed.reporting.claims import gap_trend
+
+    def rows(dataset, points):
+        return [
+            dict(dataset=dataset, x=x, line=line, seed=s, m=v + 0.1 * s, diverged=False)
+            for x, line, v in points
+            for s in range(3)
+        ]
+
+    one_x = rows("a", [(0.1, "feddpms", 70.0), (0.1, "fedavg", 60.0)])
+    no_candidate_at_the_end = rows("b", [(0.1, "feddpms", 70.0), (0.1, "fedavg", 60.0), (0.5, "fedavg", 60.0)])
+    three = rows(
+        "c",
+        [(0.1, "feddpms", 70.0), (0.1, "fedavg", 60.0), (0.3, "feddpms", 70.0), (0.3, "fedavg", 69.0)]
+        + [(0.5, "feddpms", 80.0), (0.5, "fedavg", 70.0)],
+    )  # the gap: 10 at 0.1, 1 at 0.3, 10 at 0.5: unchanged from end to end
+    out = gap_trend(pd.DataFrame(one_x + no_candidate_at_the_end + three), {"metric": "m", "methods": ["feddpms"]})
+    assert out["verdict"] == INCONCLUSIVE
+    assert out["evidence"].startswith("c: gap to the best other method +10.00 at x=0.1 vs +10.00 at x=0.5 (p=")
+
+
+def test_correlation_reads_three_rows_two_values_each_and_every_dataset():
+    from fed.reporting.claims import correlation
+
+    claim = {"x": "x", "metric": "m"}
+    flat = pd.DataFrame({"dataset": "a", "x": [1.0, 2, 3, 4], "m": 5.0})  # nothing to rank: skipped
+    three = pd.DataFrame({"dataset": "b", "x": [1.0, 2, 3], "m": [1.0, 2, 3]})
+    ties = pd.DataFrame({"dataset": "c", "x": [1.0, 1, 2, 2], "m": [1.0, 1, 2, 2]})
+    out = correlation(pd.concat([flat, three, ties]), claim)
+    assert "a:" not in out["evidence"] and "b: Spearman ρ(x, m) = 1.00 over 3 rows" in out["evidence"]
+    assert "c: Spearman ρ(x, m) = 1.00 over 4 rows" in out["evidence"]
+    # contradicted by a one-sided test downwards: ρ = −0.77 over 6 rows, p = 0.036 one-sided (0.072 two-sided)
+    down = pd.DataFrame({"dataset": "d", "x": [1.0, 2, 3, 4, 5, 6], "m": [4.0, 5, 6, 3, 2, 1]})
+    assert correlation(down, claim)["verdict"] == CONTRADICTED
+
+
+def test_margin_count_by_hand():
+    """flea 43 ± 1 against (1 + 5 %) × fedavg's 40 ± 1 = 42 ± 1.05 (three seeds a side): Welch's one-sided p; the
+    count needs ⌈fraction · cells⌉ significant cells, and is contradicted once too few cells can still reach it."""
+    from scipy import stats
+
+    claim = {"metric": "local_acc_mean", "methods": ["flea"], "margin": 0.05, "fraction": 0.5}
+    one = table([("p0", "fedavg", 40.0, 1.0, 3), ("p0", "flea", 43.0, 1.0, 3)])
+    p = stats.ttest_ind_from_stats(43, 1, 3, 42, 1.05, 3, equal_var=False, alternative="greater").pvalue
+    out = margin_count(one, claim)
+    assert out["evidence"] == (
+        f"0 of 1 cells significantly above +5% (needed: 1); 0 significantly below; fmnist/p0: flea +7.5% over fedavg "
+        f"(p={p:.3g})"
+    )
+
+    def cells(*gains):
+        rows = []
+        for i, g in enumerate(gains):
+            rows += [(f"p{i}", "fedavg", 40.0, 0.2, 5), (f"p{i}", "flea", 40.0 * (1 + g), 0.2, 5)]
+        return table(rows)
+
+    assert margin_count(cells(0.10, 0.0), claim)["verdict"] == SUPPORTED  # 1 of 2 reaches a half exactly
+    assert margin_count(cells(0.05, 0.0), claim)["verdict"] == INCONCLUSIVE  # 1 cell below: 1 can still reach it
+    assert margin_count(cells(0.0, 0.0), claim)["verdict"] == CONTRADICTED
+    assert margin_count(cells(0.10), claim | {"methods": ["nobody"]}) == {"verdict": NOT_RUN, "evidence": ""}
+
+
+def test_claims_table_rows_and_labels():
+    one = table([("uni", "fedzdac", 86.0, 0.3, 3), ("uni", "fedavg", 84.0, 0.3, 3)])
+    claims = {"best": {"kind": "best_method", "source": "t1", "statement": "s", **CLAIM}}
+    out = claims_table(claims, {"t1": one}, {})
+    assert list(out.columns) == ["claim", "statement", "test", "verdict", "evidence", "setting"]
+    assert out.claim[0] == "best" and out.statement[0] == "s" and out.test[0].startswith("best candidate vs best other")
+    assert out.evidence[0].startswith("fmnist/uni: fedzdac 86.00 vs fedavg 84.00 (p=")  # one source: not named
+    two = claims_table(
+        {"best": claims["best"] | {"source": ["t1", "t2"]}}, {"t1": one, "t2": one}, {"t1": "a", "t2": "b"}
+    )
+    assert two.setting[0] == "not comparable (a; b)"
+    assert two.evidence[0].startswith("fmnist/uni (t1): fedzdac 86.00 vs fedavg 84.00 (p=")
+    assert "; fmnist/uni (t2): fedzdac" in two.evidence[0]

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from fed.reporting.tables import build_table, paper_layout
-from fed.reporting.verdicts import Tolerance, verdict
+from fed.reporting.verdicts import Tolerance, category, verdict
 
 NAN = math.nan
 
@@ -30,6 +30,30 @@ NAN = math.nan
 )
 def test_verdict_rule(ours, ours_std, paper, paper_std, expected):
     assert verdict(ours, ours_std, 3, 0, paper, paper_std) == expected
+
+
+def test_tolerance_by_hand():
+    """The allowed gap, hand-computed: k·√(σ_paper² + σ_ours²) with σ = 3 and 4 is 2·5 = 10 (no ceiling); a missing σ
+    counts as 0, not as 1 nor as a NaN that would leave the floor alone."""
+    free = Tolerance(ceiling=None)
+    assert free.of(50.0, 3.0, 4.0) == pytest.approx(10.0)
+    assert free.of(50.0, NAN, 4.0) == pytest.approx(8.0) and free.of(50.0, 3.0, NAN) == pytest.approx(6.0)
+    assert Tolerance().of(50.0, 3.0, 4.0) == pytest.approx(5.0)  # capped at 10 % of 50
+    assert free.allowed(50.0, 3.0, 4.0, read_uncertainty=1.5) == pytest.approx(11.5)
+    assert Tolerance().describe() == "|ours − paper| ≤ max(2, min(2·√(σ_paper² + σ_ours²), 0.1·|paper|))"
+    assert free.describe() == "|ours − paper| ≤ max(2, 2·√(σ_paper² + σ_ours²))"
+
+
+def test_a_gap_equal_to_the_tolerance_is_reproduced_and_a_small_one_past_it_is_above_or_below():
+    assert verdict(52.0, NAN, 1, 0, 50.0, NAN) == "reproduced"  # |2| ≤ 2: the rule's ≤
+    tight = Tolerance(floor=0.5)
+    assert verdict(50.75, NAN, 1, 0, 50.0, NAN, tolerance=tight) == "above paper"  # 0.75 pp above: not "below"
+    assert verdict(49.25, NAN, 1, 0, 50.0, NAN, tolerance=tight) == "below paper"
+
+
+def test_category_drops_only_the_detail():
+    assert category("above paper (read from a figure, ±1.5)") == "above paper"
+    assert category("diverged (3 of 3 seeds)") == "diverged" and category("below paper") == "below paper"
 
 
 def test_verdict_precedence():
