@@ -262,3 +262,26 @@ def test_table_runs_counts_the_missing_cells_and_names_the_first(tmp_path, monke
         table_runs(grid, "headtohead_protocol_shared")
     assert f"{len(missing)} of its {len(cells)} cells are neither committed" in str(err.value)
     assert f"e.g. {missing[0]}: run them first" in str(err.value)
+
+
+def test_a_contrast_whose_method_diverged_everywhere_and_a_board_of_one_regime_are_reported():
+    """A contrast of a method with no value (every run diverged) reports it so instead of failing, and so does its
+    glance; on a board of one regime the primary analysis has no interval and no test, and says so (no nan)."""
+    from fed.reporting.analyses import board_analyses
+
+    runs = values().rename(columns={"regime": "partition"}).replace({"method": {"base": "fedavg"}})
+    runs = runs[runs["partition"] == "r1"].assign(dataset="d", protocol="last", metric="global_acc", diverged=False)
+    runs.loc[runs["method"] == "A", "diverged"] = True
+    board = {"methods": ["fedavg", "A", "B"], "metrics": ["global_acc"], "contrasts": {"A": "B"}}
+    every, glances = board_analyses(runs, board, "last")
+    assert [t for t, _ in glances] == ["global_acc", "global_acc: A against B"]
+    main, contrast = (g.set_index("method") for _, g in glances)
+    assert main.loc["A", "δ"] == contrast.loc["A", "δ"] == "no value (every run diverged)"
+    assert main.loc["B", "primary: 95 % interval; Holm p"] == "n/a (one regime)"
+    assert "nan" not in main.to_string() and set(every["against"]) == {"fedavg"}
+
+
+def test_friedman_ranks_higher_values_first_by_default():
+    from fed.reporting.analyses import friedman_nemenyi
+
+    assert friedman_nemenyi(values(), "base").set_index("method").loc["A", "diff"] == pytest.approx(13 / 6 - 1)

@@ -45,7 +45,8 @@ def differences(values: pd.DataFrame, baseline: str, higher_is_better: bool = Tr
             continue
         d = (sign * (wide[method] - wide[baseline])).dropna()
         out.append(d.rename("d").reset_index().assign(method=method))
-    return pd.concat(out, ignore_index=True)[["method", "regime", "seed", "d"]]
+    columns = ["method", "regime", "seed", "d"]
+    return pd.concat(out, ignore_index=True)[columns] if out else pd.DataFrame(columns=columns)  # all diverged
 
 
 def regime_means_t(d: pd.DataFrame) -> dict:
@@ -130,7 +131,7 @@ def survivors(analysed: pd.DataFrame) -> pd.DataFrame:
         direction = {r.analysis: int(np.sign(r.diff)) if r.significant else 0 for r in a.itertuples()}
         signs = {direction.get(name, 0) for name in EVERY}
         rows.append({"method": method, **direction, "survives": len(signs) == 1 and 0 not in signs})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=["method", *EVERY, "survives"])
 
 
 def board_values(runs: pd.DataFrame, metric: str, protocol: str) -> pd.DataFrame:
@@ -209,7 +210,7 @@ def glance(analysed: pd.DataFrame, methods: list[str] = ()) -> pd.DataFrame:
     Nemenyi's CD in the header, n/a for two methods), whether the conclusion holds under all four (``survivors``),
     and the regimes where the per-regime t is significant after Holm (+ better, − worse)."""
     by = {name: a.set_index("method") for name, a in analysed.groupby("analysis")}
-    primary = by["primary"]
+    primary = by.get("primary", pd.DataFrame(columns=COLUMNS).set_index("method"))  # none: every run diverged
     order = list(primary.sort_values("diff", ascending=False).index)
     order += [m for m in methods if m not in order]
     fried = by.get("friedman", pd.DataFrame())
@@ -229,7 +230,9 @@ def glance(analysed: pd.DataFrame, methods: list[str] = ()) -> pd.DataFrame:
             {
                 "method": m,
                 "δ": f"{p['diff']:+.2f}",
-                "primary: 95 % interval; Holm p": f"{p['low']:+.1f} to {p['high']:+.1f}; "
+                "primary: 95 % interval; Holm p": "n/a (one regime)"
+                if pd.isna(p["p_holm"])
+                else f"{p['low']:+.1f} to {p['high']:+.1f}; "
                 + (f"**{p['p_holm']:.2g}**" if p["significant"] else f"{p['p_holm']:.2g}"),
                 "pooled t": _verdict(by["pooled_t"].loc[m]),
                 "Wilcoxon": _verdict(by["wilcoxon"].loc[m]),
