@@ -324,6 +324,13 @@ def test_a_p_value_equal_to_alpha_is_not_significant(monkeypatch):
     assert c.gap_trend(lines, {"metric": "m", "methods": ["a"]})["verdict"] == INCONCLUSIVE
     counted = c.margin_count(rows, CLAIM | {"margin": 0.01, "fraction": 1.0})
     assert counted["verdict"] == INCONCLUSIVE and counted["evidence"].startswith("0 of 1 cells")
+    from types import SimpleNamespace
+
+    from scipy import stats
+
+    monkeypatch.setattr(stats, "spearmanr", lambda *a, **k: SimpleNamespace(statistic=0.5, pvalue=c.ALPHA))
+    ranked = pd.DataFrame({"dataset": "d", "x": [1.0, 2, 3, 4], "m": [1.0, 3, 2, 4]})
+    assert c.correlation(ranked, {"x": "x", "metric": "m"})["verdict"] == INCONCLUSIVE
 
 
 def test_best_method_when_lower_is_better_picks_the_lowest_of_several_and_can_be_contradicted():
@@ -340,6 +347,7 @@ def test_best_method_when_lower_is_better_picks_the_lowest_of_several_and_can_be
     assert won["verdict"] == SUPPORTED and won["evidence"].startswith("fmnist/uni: fedzdac 5.00 vs fedprox 6.00")
     lost = best_method(rows[rows.method != "fedzdac"], lower)
     assert lost["verdict"] == CONTRADICTED and "fedzdas 9.00 vs fedprox 6.00" in lost["evidence"]
+    assert best_method(rows, CLAIM)["evidence"].startswith("fmnist/uni: fedzdas 9.00 vs fedavg 7.00")  # higher
 
 
 def test_best_method_skips_a_cell_with_no_rival_left_and_goes_on_in_table_order():
@@ -384,7 +392,7 @@ def test_trend_over_a_tables_methods_reads_one_metric_and_leaves_out_a_diverged_
             ("1-label", "epsinf", math.nan, math.nan, 0),
         ]
     )
-    other_metric = table([("1-label", "eps1", 99.0, 0.1, 3)]).assign(metric="pooled_acc")
+    other_metric = table([("1-label", "epsinf", 99.0, 0.1, 3)]).assign(metric="pooled_acc")  # not this metric
     claim = {"x": "epsilon", "metric": "local_acc_mean", "decreasing": False}
     claim["x_values"] = {"eps1": 1, "eps50": 50, "epsinf": float("inf"), "other": 2}
     rows = pd.concat([t4, other_metric, table([("1-label", "other", 70.0, 1.0, 3)]).assign(metric="pooled_acc")])
@@ -499,3 +507,66 @@ def test_claims_table_rows_and_labels():
     assert two.setting[0] == "not comparable (a; b)"
     assert two.evidence[0].startswith("fmnist/uni (t1): fedzdac 86.00 vs fedavg 84.00 (p=")
     assert "; fmnist/uni (t2): fedzdac" in two.evidence[0]
+
+
+def test_margin_count_counts_a_cell_of_one_seed_and_skips_one_whose_rival_diverged():
+    rows = table(
+        [
+            ("p0", "fedavg", math.nan, math.nan, 0),
+            ("p0", "flea", 44.0, 0.2, 5),
+            ("p1", "fedavg", 40.0, math.nan, 1),
+            ("p1", "flea", 44.0, math.nan, 1),
+            ("p2", "fedavg", 40.0, 0.2, 5),
+            ("p2", "flea", 44.0, 0.2, 5),
+        ]
+    )
+    out = margin_count(rows, {"metric": "local_acc_mean", "methods": ["flea"], "margin": 0.05, "fraction": 0.5})
+    assert out["verdict"] == SUPPORTED and out["evidence"].startswith("1 of 2 cells significantly above +5%")
+    assert "fmnist/p1: flea +10.0% over fedavg (no test: fewer than 2 seeds)" in out["evidence"]
+    assert "fmnist/p0" not in out["evidence"]
+
+
+def test_evidence_follows_the_inputs_order_in_every_kind():
+    """Datasets (and a table's partitions) are reported in the order the table or figure gives them, not sorted."""
+    from fed.reporting.claims import correlation, gap_trend
+
+    t4 = pd.concat([table([(p, "eps1", 58.0, 1.0, 3), (p, "eps50", 75.0, 1.0, 3)]) for p in ("zeta", "alpha")])
+    ends = trend(t4, {"x": "e", "metric": "local_acc_mean", "decreasing": False, "x_values": {"eps1": 1, "eps50": 50}})
+    assert ends["evidence"].index("fmnist/zeta") < ends["evidence"].index("fmnist/alpha")
+    fig = pd.DataFrame(
+        [
+            dict(dataset=d, x=x, seed=s, m=10.0 - x + 0.1 * s, diverged=False)
+            for d in ("zeta", "alpha")
+            for x in (1, 2)
+            for s in range(3)
+        ]
+    )
+    ends = trend(fig, {"x": "x", "metric": "m"})["evidence"]
+    assert ends.index("zeta:") < ends.index("alpha:")
+    lines = pd.DataFrame(
+        [dict(dataset=d, x=x, line=ln, seed=s, m=v + s, diverged=False)
+         for d in ("zeta", "alpha") for x in (1, 2) for ln, v in (("a", 5.0 * x), ("b", 1.0)) for s in range(3)]
+    )  # fmt: skip
+    gaps = gap_trend(lines, {"metric": "m", "methods": ["a"]})["evidence"]
+    assert gaps.index("zeta:") < gaps.index("alpha:")
+    ranked = pd.DataFrame({"dataset": ["zeta"] * 4 + ["alpha"] * 4, "x": [1.0, 2, 3, 4] * 2, "m": [1.0, 3, 2, 4] * 2})
+    ranks = correlation(ranked, {"x": "x", "metric": "m"})["evidence"]
+    assert ranks.index("zeta:") < ranks.index("alpha:")
+
+
+def test_a_cell_s_own_metric_is_told_apart_by_dataset_partition_and_method():
+    """The repeated-metric rule groups a row by every column that names its cell: two partitions (or methods, or
+    datasets) of one figure whose values differ are still each a cell's own value, read once a seed."""
+    from fed.reporting.claims import small_loss
+
+    acc = {(0, 0): 70.1, (0, 1): 69.6, (0, 2): 70.3, (3, 0): 69.0, (3, 1): 67.9, (3, 2): 68.6}
+    claim = {"x": "x", "metric": "global_acc", "margin": 2.0}
+    for column, values in (("partition", ("a", "b")), ("method", ("m", "n")), ("dataset", ("fmnist", "cifar10"))):
+        rows = [
+            {"dataset": "fmnist", "round": r, "x": x, "seed": s, "global_acc": a + i, column: v}
+            for r in (1, 10)
+            for (x, s), a in acc.items()
+            for i, v in enumerate(values)
+        ]
+        out = small_loss(pd.DataFrame(rows).assign(diverged=False), claim)
+        assert "round" not in out["evidence"], column
