@@ -276,3 +276,18 @@ def test_the_glance_matrix_says_diverged_where_every_seed_of_a_method_diverged(t
     every = glance({"p1", "p2"})
     assert list(every.loc["b"]) == ["diverged (3 of 3)", "diverged (3 of 3)", "diverged (6 of 6)", ""]
     assert list(every.index)[-1] == "b"  # untested: last
+
+
+def test_a_cells_rank_and_difference_as_the_board_prints_them():
+    """The board's text by hand: a rank (a mean over regimes with one decimal), "—" for a method with no rank; the
+    paired difference with a star when significant after Holm, nothing when there is none."""
+    from fed.reporting.leaderboard import _diff, _rank, _with_diff
+
+    assert _rank(2.0, mean=False) == "2" and _rank(1.5, mean=True) == "1.5 (mean)" and _rank(math.nan, True) == "—"
+    assert (
+        _diff({"diff": 1.234, "significant": True}) == "+1.23*"
+        and _diff({"diff": -0.5, "significant": False}) == "-0.50"
+    )
+    assert _diff({"diff": math.nan, "significant": False}) == ""
+    assert _with_diff("81.2 ± 0.3", {"diff": 1.0, "significant": False}) == "81.2 ± 0.3 (+1.00)"
+    assert _with_diff("81.2 ± 0.3", {"diff": math.nan, "significant": False}) == "81.2 ± 0.3"
