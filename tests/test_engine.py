@@ -144,8 +144,8 @@ def test_a_run_whose_tuning_diverged_everywhere_trains_nothing_beside_a_checkpoi
 @pytest.mark.parametrize(("minutes", "saved"), [(0, [4]), (1e-9, [1, 2, 3, 4])])
 def test_a_checkpoint_also_comes_after_checkpoint_minutes(setup, tmp_path, minutes, saved):
     """``checkpoint_minutes``: a round that ends that long after the last checkpoint checkpoints, whatever
-    ``checkpoint_every`` says (slow rounds lose at most that much to a kill); 0 leaves it to the rounds. The resumed
-    run ends with the numbers of an uninterrupted one."""
+    ``checkpoint_every`` says (slow rounds lose at most that much to a kill); 0 leaves it to the rounds. Checkpointing
+    changes no number (resuming from any checkpoint: ``test_kill_and_resume_equals_uninterrupted``)."""
     train, test, part, _ = setup
 
     class Recording(Engine):
