@@ -4,6 +4,7 @@
 import copy
 import json
 import math
+import warnings
 
 import numpy as np
 import pandas as pd
@@ -281,13 +282,203 @@ def test_the_glance_matrix_says_diverged_where_every_seed_of_a_method_diverged(t
 def test_a_cells_rank_and_difference_as_the_board_prints_them():
     """The board's text by hand: a rank (a mean over regimes with one decimal), "—" for a method with no rank; the
     paired difference with a star when significant after Holm, nothing when there is none."""
-    from fed.reporting.leaderboard import _diff, _rank, _with_diff
-
-    assert _rank(2.0, mean=False) == "2" and _rank(1.5, mean=True) == "1.5 (mean)" and _rank(math.nan, True) == "—"
+    assert lb._rank(2.0, mean=False) == "2" and lb._rank(1.5, mean=True) == "1.5 (mean)"
+    assert lb._rank(math.nan, True) == "—"
     assert (
-        _diff({"diff": 1.234, "significant": True}) == "+1.23*"
-        and _diff({"diff": -0.5, "significant": False}) == "-0.50"
+        lb._diff({"diff": 1.234, "significant": True}) == "+1.23*"
+        and lb._diff({"diff": -0.5, "significant": False}) == "-0.50"
     )
-    assert _diff({"diff": math.nan, "significant": False}) == ""
-    assert _with_diff("81.2 ± 0.3", {"diff": 1.0, "significant": False}) == "81.2 ± 0.3 (+1.00)"
-    assert _with_diff("81.2 ± 0.3", {"diff": math.nan, "significant": False}) == "81.2 ± 0.3"
+    assert lb._diff({"diff": math.nan, "significant": False}) == ""
+    assert lb._with_diff("81.2 ± 0.3", {"diff": 1.0, "significant": False}) == "81.2 ± 0.3 (+1.00)"
+    assert lb._with_diff("81.2 ± 0.3", {"diff": math.nan, "significant": False}) == "81.2 ± 0.3"
+
+
+def long_form(cells: dict) -> pd.DataFrame:
+    """``collect_runs``' long form by hand: (dataset, partition, method, seed) -> (global_acc at the best round,
+    local_acc_mean at the last round); "diverged": the run diverged after a best round of 99 (never to be read);
+    "early": it diverged before its first evaluation, so it has no best round at all."""
+    rows = []
+    for (d, p, m, s), v in cells.items():
+        key = dict(dataset=d, partition=p, method=m, seed=s, machine="cpu")
+        if v == "early":
+            rows.append(key | dict(protocol="last", metric="local_acc_mean", value=math.nan, diverged=True))
+            continue
+        (best, last), diverged = ((99.0, math.nan), True) if v == "diverged" else (v, False)
+        rows.append(key | dict(protocol="best", metric="global_acc", value=best, diverged=diverged))
+        rows.append(key | dict(protocol="last", metric="local_acc_mean", value=last, diverged=diverged))
+    return pd.DataFrame(rows)
+
+
+def two_datasets() -> pd.DataFrame:
+    """Two datasets of one partition. FedAvg diverged at d1's seed 2; the swept method prox picks prox_a in d1 and
+    prox_b in d2 by its last-round local accuracy (70 > 60, 80 > 50); c has no run in d2; one has one seed per
+    dataset, and in d2 a seed that diverged before its first evaluation."""
+    cells = {("d1", "p", "fedavg", 0): (50, 0), ("d1", "p", "fedavg", 1): (52, 0), ("d1", "p", "fedavg", 2): "diverged"}
+    cells |= {("d2", "p", "fedavg", s): (v, 0) for s, v in enumerate([60, 61, 62])}
+    for d, variant, values, local in [
+        ("d1", "prox_a", [55, 58, 60], 70), ("d1", "prox_b", [40, 40, 40], 60),
+        ("d2", "prox_a", [63, 64, 66], 50), ("d2", "prox_b", [65, 66, 70], 80),
+        ("d1", "c", [51, 55, 57], 0),
+    ]:  # fmt: skip
+        cells |= {(d, "p", variant, s): (v, local) for s, v in enumerate(values)}
+    cells |= {("d1", "p", "one", 0): (49, 0), ("d2", "p", "one", 0): (59, 0), ("d2", "p", "one", 1): "early"}
+    return long_form(cells)
+
+
+def test_a_board_of_two_datasets_with_a_swept_method_row_by_row():
+    """Every row of a board by hand: regimes labelled "dataset/partition", the swept method's variant per regime
+    (chosen with the default ``select_by``) and "per regime" over all regimes, a diverged baseline seed that leaves
+    a method's seed unpaired, a method with no runs, one with a single pair (no test) and one whose differences are
+    all −1 (zero spread: p = 0), and every note in its order."""
+    methods = ["fedavg", "prox", "c", "one"]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)  # no mean of nothing: a cell with no pair has no difference
+        board = lb.leaderboard(two_datasets(), ["d1", "d2"], ["p"], methods, ["global_acc"], "best",
+                               sweeps={"prox": ["prox_a", "prox_b"]})  # fmt: skip
+    assert list(board.columns) == [*lb.COLUMNS[:4], "variant", *lb.COLUMNS[4:]]
+    unpaired = "baseline missing or diverged: {} (not paired)".format
+    lost = "diverged: {} (not averaged in, not paired)".format
+    no_test = "no test: fewer than 2 paired seeds"
+    nan = math.nan
+    # regime, method, dataset, partition, variant, mean, seeds, diverged seeds, rank, diff, pairs, t, note
+    expected = [
+        ("d1/p", "fedavg", "d1", "p", nan, 51, 2, 1, 3, nan, 2, nan, f"baseline; {lost('seed 2')}"),
+        ("d1/p", "prox", "d1", "p", "prox_a", 173 / 3, 3, 0, 1, 5.5, 2, 11, unpaired("seed 2")),  # (5 + 6) / 2
+        ("d1/p", "c", "d1", "p", nan, 163 / 3, 3, 0, 2, 2, 2, 2, unpaired("seed 2")),  # (1 + 3) / 2, sd_d √2
+        ("d1/p", "one", "d1", "p", nan, 49, 1, 0, 4, -1, 1, nan, no_test),
+        ("d2/p", "fedavg", "d2", "p", nan, 61, 3, 0, 2, nan, 3, nan, "baseline"),
+        ("d2/p", "prox", "d2", "p", "prox_b", 67, 3, 0, 1, 6, 3, 6, ""),  # 5, 5, 8: sd_d √3
+        ("d2/p", "c", "d2", "p", nan, nan, 0, 0, nan, nan, 0, nan, "no runs"),
+        ("d2/p", "one", "d2", "p", nan, 59, 1, 1, 3, -1, 1, nan, f"{lost('seed 1')}; {no_test}"),
+        (lb.ALL, "fedavg", "all", lb.ALL, nan, 57, 5, 1, 2.5, nan, 5, nan, f"baseline; {lost('d1/p seed 2')}"),
+        (lb.ALL, "prox", "all", lb.ALL, "per regime", 374 / 6, 6, 0, 1, 5.8, 5, 5.8 / math.sqrt(1.7 / 5),
+         unpaired("d1/p seed 2")),  # differences 5, 6, 5, 5, 8: variance 6.8 / 4
+        (lb.ALL, "c", "all", lb.ALL, nan, 163 / 3, 3, 0, 2, 2, 2, 2, unpaired("d1/p seed 2")),  # its one rank
+        (lb.ALL, "one", "all", lb.ALL, nan, 54, 2, 1, 3.5, -1, 2, -math.inf, lost("d2/p seed 1")),
+    ]  # fmt: skip
+    columns = ["regime", "method", "dataset", "partition", "variant", "mean", "seeds", "diverged_seeds", "rank", "diff",
+               "pairs", "t", "note"]  # fmt: skip
+    for got, want in zip(board[columns].itertuples(index=False), expected, strict=True):
+        assert list(got) == pytest.approx(list(want), nan_ok=True), want[:2]
+    # Holm over the six tests (prox and c in d1, prox in d2, prox, c and one over all regimes); one's p = 0 stays 0
+    tested = board[board.p.notna()]
+    assert list(zip(tested.regime, tested.method)) == [
+        ("d1/p", "prox"), ("d1/p", "c"), ("d2/p", "prox"), (lb.ALL, "prox"), (lb.ALL, "c"), (lb.ALL, "one")
+    ]  # fmt: skip
+    assert tested.p_holm.to_numpy() == pytest.approx(lb.holm(tested.p.to_numpy()))
+    assert row(board, lb.ALL, "one").p == 0 and row(board, lb.ALL, "one").significant
+    # its layout: the variant column ("" for a method not swept), ranks, p Holm, seeds
+    shown = lb.layout(board)
+    assert list(shown.columns) == [
+        "regime", "rank", "method", "variant", "global_acc ↑", "p Holm (global_acc)", "seeds", "note"
+    ]  # fmt: skip
+    d2 = shown[shown.regime == "d2/p"].set_index("method")
+    assert list(d2.index) == ["prox", "fedavg", "one", "c"]  # by rank, no rank last
+    assert list(d2["rank"]) == ["1", "2", "3", "—"] and list(d2.variant) == ["prox_b", "", "", ""]
+    assert list(d2.seeds) == ["3", "3", "1 (1 diverged)", "0"]
+    assert d2.loc["fedavg", "p Holm (global_acc)"] == "" and d2.loc["c", "global_acc ↑"] == "—"
+    everywhere = shown[shown.regime == lb.ALL].set_index("method")
+    assert list(everywhere["rank"]) == ["1.0 (mean)", "2.0 (mean)", "2.5 (mean)", "3.5 (mean)"]
+    assert everywhere.loc["prox", "variant"] == "per regime"
+    # a swept method none of whose variants ran in a regime has no variant there, and says "no runs"
+    alone = lb.leaderboard(
+        two_datasets(), ["d1"], ["p"], ["fedavg", "q"], ["global_acc"], "best", sweeps={"q": ["q_a"]}
+    )
+    assert row(alone, "p", "q").variant == "" and row(alone, "p", "q").note == "no runs"
+    assert lb.layout(alone).set_index("method").loc["q", "variant"].tolist() == ["", "per regime"]
+
+
+def test_several_lost_seeds_are_listed_in_one_note():
+    """FedAvg diverged at seeds 2 and 3: its note lists both, and a method that converged there has both unpaired."""
+    cells = {("d", "p", "fedavg", s): v for s, v in enumerate([(60, 0), (61, 0), "diverged", "diverged"])}
+    cells |= {("d", "p", "m", s): (62 + s, 0) for s in range(4)}
+    board = lb.leaderboard(long_form(cells), ["d"], ["p"], ["fedavg", "m"], ["global_acc"], "best")
+    assert row(board, "p", "fedavg").note == "baseline; diverged: seed 2, seed 3 (not averaged in, not paired)"
+    assert row(board, "p", "m").note == "baseline missing or diverged: seed 2, seed 3 (not paired)"
+    assert row(board, lb.ALL, "m").dataset == "d"  # one dataset: its all-regimes rows keep its name
+
+
+def test_the_layout_whole_regimes_in_table_order_and_the_first_metrics_p(board):
+    """The layout row by row: regimes in the table's order (all regimes last), methods by the first metric's rank
+    (ties in the table's method order), the first metric's Holm-adjusted p (a's in p1: 0.013 × 5; in p2: 0.126 × 4;
+    over all regimes 0.0048 × 6; b's capped at 1), the seeds and the notes."""
+    shown = lb.layout(board)
+    assert list(shown.columns) == [
+        "regime", "rank", "method", "global_acc ↑", "client_acc_variance ↓", "p Holm (global_acc)", "seeds", "note"
+    ]  # fmt: skip
+    assert list(zip(shown.regime, shown["rank"], shown.method)) == [
+        ("p1", "1", "a"), ("p1", "2", "fedavg"), ("p1", "2", "b"),
+        ("p2", "1", "a"), ("p2", "2", "fedavg"), ("p2", "3", "b"),
+        (lb.ALL, "1.0 (mean)", "a"), (lb.ALL, "2.0 (mean)", "fedavg"), (lb.ALL, "2.5 (mean)", "b"),
+    ]  # fmt: skip
+    assert list(shown["p Holm (global_acc)"]) == ["0.0654", "", "1", "0.503", "", "1", "0.0289", "", "1"]
+    assert list(shown.seeds) == ["3", "3", "3", "2 (1 diverged)", "3", "3", "5 (1 diverged)", "6", "6"]
+    assert list(shown.note) == [
+        "", "baseline", "", "diverged: seed 2 (not averaged in, not paired)", "baseline", "",
+        "diverged: p2 seed 2 (not averaged in, not paired)", "baseline", "",
+    ]  # fmt: skip
+    variance = ["23.00 ± 3.61 (-9.00*)", "32.00 ± 2.00", "41.00 ± 1.00 (+9.00*)"]  # p1: ±9, significant after Holm
+    assert list(shown["client_acc_variance ↓"])[:3] == variance
+
+
+def test_the_caption_says_what_was_tested_for_every_metric(board, tmp_path):
+    """The caption word for word; with metrics of different test counts it gives each its m (a metric with no test:
+    m = 0), and the direction is the first metric's."""
+    assert lb.caption("T", "preset 'x'", board, 3, "best") == (
+        "T. Mean ± sample std over 3 seeds (best-round protocol), preset 'x'. Rank: per regime by global_acc (higher "
+        "is better; 'all regimes': the mean rank). In brackets: the mean paired difference to fedavg over the seeds "
+        "where both converged; * significant at α = 0.05 by a two-sided paired t-test over seeds (the same seed is "
+        "the same partition draw and initialisation; 'all regimes': over every (regime, seed) pair), p-values "
+        "Holm-corrected over the comparisons of each metric (m = 6: every method but fedavg, in every regime and over "
+        "all regimes). Diverged seeds are never averaged in nor paired; their row says so. The CSV has every number "
+        "(t, p, adjusted p)."
+    )
+    runs = collect_runs(write_cells(tmp_path))
+    metrics = ["client_acc_variance", "global_acc"]
+    uneven = lb.leaderboard(runs, ["d"], ["p1", "p2"], METHODS, metrics, "last")
+    uneven.loc[uneven.metric == "global_acc", "p"] = math.nan  # no test of global_acc
+    variance = uneven.metric == "client_acc_variance"
+    uneven.loc[variance & (uneven.method == "b") & (uneven.regime == "p1"), "p"] = math.nan  # 5 of variance's 6
+    text = lb.caption("T", "s", uneven, 3, "last")
+    assert "(last-round protocol)" in text and "by client_acc_variance (lower is better;" in text
+    assert "(client_acc_variance: m = 5, global_acc: m = 0: every method but fedavg" in text
+    one = lb.leaderboard(runs, ["d"], ["p1"], ["fedavg", "a"], ["global_acc"], "best")
+    assert "(m = 2: every method but fedavg" in lb.caption("T", "s", one, 3, "best")
+
+
+def test_ties_keep_the_tables_method_order_however_many_methods():
+    """Twenty methods, every other one 10 points above FedAvg at both seeds and the rest equal to it: the layout's
+    rank ties and the glance's equal differences keep the table's method order (a stable sort; numpy's quicksort
+    reorders ties beyond 16 items)."""
+    methods = [f"m{i:02d}" for i in range(20)]
+    cells = {("d", "p", "fedavg", s): (60 + s, 0) for s in (0, 1)}
+    cells |= {("d", "p", m, s): (60 + s + (10 if i % 2 == 0 else 0), 0) for i, m in enumerate(methods) for s in (0, 1)}
+    board = lb.leaderboard(long_form(cells), ["d"], ["p"], ["fedavg", *methods], ["global_acc"], "best")
+    expected = methods[0::2] + ["fedavg"] + methods[1::2]
+    shown = lb.layout(board)
+    assert list(shown[shown.regime == "p"].method) == expected
+    assert list(shown[shown.regime == lb.ALL].method) == expected
+    assert list(lb.matrix(board).method) == expected
+
+
+def test_the_gains_the_glance_title_and_a_baseline_not_in_the_table(board, tmp_path):
+    gains = lb.gains(board, "global_acc")
+    assert list(gains.columns) == ["regime", "dataset", "partition", "method", "metric", "baseline", "mean", "diff",
+                                   "pairs", "t", "p", "p_holm", "significant", "note"]  # fmt: skip
+    assert list(gains.index) == list(range(6)) and list(gains.method) == ["a", "b"] * 3
+    lb.write_leaderboard(board, tmp_path / "lb", "caption")
+    assert (
+        "global_acc at a glance: mean over seeds, in brackets the mean paired difference to the baseline, * "
+        "significant after Holm; p Holm: the comparison over all regimes"
+    ) in (tmp_path / "lb.md").read_text()
+    with pytest.raises(ValueError, match=r"^the baseline 'x' is not among the methods \['a', 'b'\]$"):
+        lb.leaderboard(board, ["d"], ["p1"], ["a", "b"], ["global_acc"], "best", baseline="x")
+
+
+def test_an_adjusted_p_equal_to_alpha_is_not_significant(tmp_path, monkeypatch):
+    """Significant means p_holm < α, as for the claims: two tests of p = 0.025 adjust to exactly 0.05."""
+    monkeypatch.setattr(lb, "paired_t", lambda x, y: (1.0, 0.025))
+    runs = collect_runs(write_cells(tmp_path))
+    board = lb.leaderboard(runs, ["d"], ["p1"], ["fedavg", "a"], ["global_acc"], "best")
+    tested = board[board.method == "a"]
+    assert list(tested.p_holm) == [lb.ALPHA, lb.ALPHA] and not tested.significant.any()
