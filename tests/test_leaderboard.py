@@ -293,23 +293,26 @@ def test_a_cells_rank_and_difference_as_the_board_prints_them():
     assert lb._with_diff("81.2 ± 0.3", {"diff": math.nan, "significant": False}) == "81.2 ± 0.3"
 
 
-def long_form(cells: dict) -> pd.DataFrame:
-    """``collect_runs``' long form by hand: (dataset, partition, method, seed) -> (global_acc at the best round,
-    local_acc_mean at the last round); "diverged": the run diverged after a best round of 99 (never to be read);
-    "early": it diverged before its first evaluation, so it has no best round at all."""
-    rows = []
+def long_form(cells: dict, tmp_path) -> pd.DataFrame:
+    """``collect_runs`` of one metrics.json per cell, as the engine writes it: (dataset, partition, method, seed) ->
+    (global_acc at the best round, local_acc_mean at the last round); "diverged": the run diverged after a best round
+    of 99 (never to be read); "early": it diverged before its first evaluation, so it has no best round at all."""
+    found = []
     for (d, p, m, s), v in cells.items():
-        key = dict(dataset=d, partition=p, method=m, seed=s, machine="cpu")
         if v == "early":
-            rows.append(key | dict(protocol="last", metric="local_acc_mean", value=math.nan, diverged=True))
-            continue
-        (best, last), diverged = ((99.0, math.nan), True) if v == "diverged" else (v, False)
-        rows.append(key | dict(protocol="best", metric="global_acc", value=best, diverged=diverged))
-        rows.append(key | dict(protocol="last", metric="local_acc_mean", value=last, diverged=diverged))
-    return pd.DataFrame(rows)
+            best, last = {}, {"round": 1, "global_acc": None, "local_acc_mean": None}
+        elif v == "diverged":
+            best, last = {"round": 1, "global_acc": 99.0}, {"round": 2, "global_acc": None, "local_acc_mean": None}
+        else:
+            best, last = {"round": 2, "global_acc": v[0]}, {"round": 3, "global_acc": v[0] - 10, "local_acc_mean": v[1]}
+        path = tmp_path / f"{d}-{p}-{m}-{s}.json"
+        record = {"config": {"report": "best"}, "best": best, "last": last, "diverged": v in ("diverged", "early")}
+        path.write_text(json.dumps(record))
+        found.append(dict(dataset=d, partition=p, method=m, seed=s, path=str(path)))
+    return collect_runs(found)
 
 
-def two_datasets() -> pd.DataFrame:
+def two_datasets(tmp_path) -> pd.DataFrame:
     """Two datasets of one partition. FedAvg diverged at d1's seed 2; the swept method prox picks prox_a in d1 and
     prox_b in d2 by its last-round local accuracy (70 > 60, 80 > 50); c has no run in d2; one has one seed per
     dataset, and in d2 a seed that diverged before its first evaluation."""
@@ -322,10 +325,10 @@ def two_datasets() -> pd.DataFrame:
     ]:  # fmt: skip
         cells |= {(d, "p", variant, s): (v, local) for s, v in enumerate(values)}
     cells |= {("d1", "p", "one", 0): (49, 0), ("d2", "p", "one", 0): (59, 0), ("d2", "p", "one", 1): "early"}
-    return long_form(cells)
+    return long_form(cells, tmp_path)
 
 
-def test_a_board_of_two_datasets_with_a_swept_method_row_by_row():
+def test_a_board_of_two_datasets_with_a_swept_method_row_by_row(tmp_path):
     """Every row of a board by hand: regimes labelled "dataset/partition", the swept method's variant per regime
     (chosen with the default ``select_by``) and "per regime" over all regimes, a diverged baseline seed that leaves
     a method's seed unpaired, a method with no runs, one with a single pair (no test) and one whose differences are
@@ -333,7 +336,7 @@ def test_a_board_of_two_datasets_with_a_swept_method_row_by_row():
     methods = ["fedavg", "prox", "c", "one"]
     with warnings.catch_warnings():
         warnings.simplefilter("error", RuntimeWarning)  # no mean of nothing: a cell with no pair has no difference
-        board = lb.leaderboard(two_datasets(), ["d1", "d2"], ["p"], methods, ["global_acc"], "best",
+        board = lb.leaderboard(two_datasets(tmp_path), ["d1", "d2"], ["p"], methods, ["global_acc"], "best",
                                sweeps={"prox": ["prox_a", "prox_b"]})  # fmt: skip
     assert list(board.columns) == [*lb.COLUMNS[:4], "variant", *lb.COLUMNS[4:]]
     unpaired = "baseline missing or diverged: {} (not paired)".format
@@ -382,17 +385,17 @@ def test_a_board_of_two_datasets_with_a_swept_method_row_by_row():
     assert everywhere.loc["prox", "variant"] == "per regime"
     # a swept method none of whose variants ran in a regime has no variant there, and says "no runs"
     alone = lb.leaderboard(
-        two_datasets(), ["d1"], ["p"], ["fedavg", "q"], ["global_acc"], "best", sweeps={"q": ["q_a"]}
+        two_datasets(tmp_path), ["d1"], ["p"], ["fedavg", "q"], ["global_acc"], "best", sweeps={"q": ["q_a"]}
     )
     assert row(alone, "p", "q").variant == "" and row(alone, "p", "q").note == "no runs"
     assert lb.layout(alone).set_index("method").loc["q", "variant"].tolist() == ["", "per regime"]
 
 
-def test_several_lost_seeds_are_listed_in_one_note():
+def test_several_lost_seeds_are_listed_in_one_note(tmp_path):
     """FedAvg diverged at seeds 2 and 3: its note lists both, and a method that converged there has both unpaired."""
     cells = {("d", "p", "fedavg", s): v for s, v in enumerate([(60, 0), (61, 0), "diverged", "diverged"])}
     cells |= {("d", "p", "m", s): (62 + s, 0) for s in range(4)}
-    board = lb.leaderboard(long_form(cells), ["d"], ["p"], ["fedavg", "m"], ["global_acc"], "best")
+    board = lb.leaderboard(long_form(cells, tmp_path), ["d"], ["p"], ["fedavg", "m"], ["global_acc"], "best")
     assert row(board, "p", "fedavg").note == "baseline; diverged: seed 2, seed 3 (not averaged in, not paired)"
     assert row(board, "p", "m").note == "baseline missing or diverged: seed 2, seed 3 (not paired)"
     assert row(board, lb.ALL, "m").dataset == "d"  # one dataset: its all-regimes rows keep its name
@@ -446,14 +449,14 @@ def test_the_caption_says_what_was_tested_for_every_metric(board, tmp_path):
     assert "(m = 2: every method but fedavg" in lb.caption("T", "s", one, 3, "best")
 
 
-def test_ties_keep_the_tables_method_order_however_many_methods():
+def test_ties_keep_the_tables_method_order_however_many_methods(tmp_path):
     """Twenty methods, every other one 10 points above FedAvg at both seeds and the rest equal to it: the layout's
     rank ties and the glance's equal differences keep the table's method order (a stable sort; numpy's quicksort
     reorders ties beyond 16 items)."""
     methods = [f"m{i:02d}" for i in range(20)]
     cells = {("d", "p", "fedavg", s): (60 + s, 0) for s in (0, 1)}
     cells |= {("d", "p", m, s): (60 + s + (10 if i % 2 == 0 else 0), 0) for i, m in enumerate(methods) for s in (0, 1)}
-    board = lb.leaderboard(long_form(cells), ["d"], ["p"], ["fedavg", *methods], ["global_acc"], "best")
+    board = lb.leaderboard(long_form(cells, tmp_path), ["d"], ["p"], ["fedavg", *methods], ["global_acc"], "best")
     expected = methods[0::2] + ["fedavg"] + methods[1::2]
     shown = lb.layout(board)
     assert list(shown[shown.regime == "p"].method) == expected
