@@ -172,3 +172,19 @@ def test_each_convolution_takes_the_cheaper_norm_and_a_forced_choice_is_obeyed(m
             logits = model(torch.randn(2 * n, 1, 32, 32), torch.tensor([0, 1, 0, 1]))
         clip_per_sample(records, logits, n, 1.0, ghost)
         assert asked == wanted
+
+
+def test_recording_leaves_no_hook_and_the_generators_step_sees_a_frozen_discriminator():
+    """A hook left behind would keep every later pass's activations alive (memory growing with each GAN step), and a
+    discriminator not frozen for the generator's step would compute gradients nobody reads: neither changes a number,
+    so this pins the contracts themselves."""
+    from fed.dpgan import _GhostClipping, _OpacusClipping
+
+    model = Discriminator(num_classes=3, channels=1, width=4)
+    with recording(model) as records:
+        model(torch.randn(2, 1, 32, 32), torch.tensor([0, 1]))
+    assert records and not any(m._forward_hooks for m in model.modules())
+    for clipping in (_GhostClipping(model), _OpacusClipping(Discriminator(3, 1, 4), functorch=False)):
+        with clipping.frozen() as D:
+            assert not any(p.requires_grad for p in D.parameters())
+        assert all(p.requires_grad for p in clipping.D.parameters())
