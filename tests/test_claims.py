@@ -506,6 +506,21 @@ def test_claims_table_rows_and_labels():
     assert "; fmnist/uni (t2): fedzdac" in two.evidence[0]
 
 
+def test_pooled_sources_make_one_cell_of_a_dataset_and_partition_across_tables():
+    """FedDPMS at β = 0.1: the candidate in one table, FedProx in another, FedAvg in both. Apart, each table is its own
+    cell (no rival for the candidate in the second); pooled, FedProx is the rival."""
+    first = table([("dir0.1", "fedzdac", 85.8, 0.3, 3), ("dir0.1", "fedavg", 84.7, 0.3, 3)])
+    second = table([("dir0.1", "fedavg", 84.7, 0.3, 3), ("dir0.1", "fedprox", 86.9, 0.3, 3)])
+    claim = {"kind": "best_method", "source": ["a", "b"], "statement": "s", **CLAIM}
+    apart = claims_table({"c": claim}, {"a": first, "b": second}, {})
+    assert apart.verdict[0] == SUPPORTED and apart.evidence[0].startswith("fmnist/dir0.1 (a): fedzdac 85.80 vs fedavg")
+    pooled = claims_table({"c": claim | {"pool_sources": True}}, {"a": first, "b": second}, {})
+    assert pooled.verdict[0] == CONTRADICTED
+    assert pooled.evidence[0].startswith("fmnist/dir0.1: fedzdac 85.80 vs fedprox 86.90 (p=")
+    single = claims_table({"c": claim | {"pool_sources": True, "source": "a"}}, {"a": first}, {})  # one table: as is
+    assert single.evidence[0] == claims_table({"c": claim | {"source": "a"}}, {"a": first}, {}).evidence[0]
+
+
 def test_margin_count_counts_a_cell_of_one_seed_and_skips_one_whose_rival_diverged():
     rows = table(
         [

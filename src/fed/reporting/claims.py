@@ -30,7 +30,9 @@ methods of the paper's own config, ``fed.config.with_rivals``) keeps a method a 
   candidate against (1 + margin) × rival; supported when the significant cells reach the fraction, contradicted
   when the cells significantly below the margin leave too few to reach it.
 
-``source`` may name several tables (a list): their rows are read together (FLea's Table 1 is six of ours).
+``source`` may name several tables (a list): their rows are read together (FLea's Table 1 is six of ours), each
+table's cells apart; ``pool_sources`` makes one cell of a dataset and partition across them, so that a candidate of
+one table meets the rivals of another (FedDPMS at β = 0.1; a run listed in two tables is the same row twice).
 """
 
 from __future__ import annotations
@@ -277,6 +279,8 @@ def claims_table(
             if len(sources) > 1
             else frames[sources[0]]
         )
+        if claim.get("pool_sources") and len(sources) > 1:  # one cell per dataset and partition across the tables
+            frame = frame.drop(columns="source")
         result = KINDS[claim["kind"]](frame, claim)
         note = "; ".join(dict.fromkeys(n for s in sources if (n := not_comparable.get(s, ""))))
         rows.append(
