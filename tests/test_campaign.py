@@ -578,6 +578,42 @@ def test_a_gan_stage_not_started_is_paced_by_the_config_s_finished_stages_client
     assert row["left"] is None and not row["estimated"]
 
 
+def test_a_stage_of_fl_rounds_not_started_is_paced_by_the_config_s_finished_stages_of_its_kind_on_this_machine(
+    tmp_path, monkeypatch
+):
+    """FedDPMS' Stage I (its file is its run's last checkpoint): before its first round, its rounds at the median
+    round of the config's finished Stage I stages whose rounds ran on this kind of machine (the checkpoint's
+    ``machines``, the last where it resumed elsewhere); a file without rounds paces nothing."""
+    monkeypatch.chdir(tmp_path)
+    here = machine(resolve_device("auto"))
+    elsewhere = {"gpu": "NVIDIA H200"} if kind({"machine": here}).startswith("cpu") else {"cpu_capability": "AVX2"}
+    first, second = [j for j in campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])["jobs"]
+                     if j["kind"] == "stage"]  # fmt: skip
+    rounds = first["args"]["stage"]["params"]["rounds"]
+    assert rounds == second["args"]["stage"]["params"]["rounds"] == 2  # the smoke config's P
+
+    def finished(history, machines):
+        Path(first["out"]).parent.mkdir(parents=True, exist_ok=True)
+        torch.save({"round": len(history), "history": [{"seconds": t} for t in history], "machines": machines},
+                   first["out"])  # fmt: skip
+        plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])
+        return plan, next(r for r in campaign.status(plan) if r["job"] == second["label"])
+
+    plan, row = finished([9.0, 5.0, 7.0], [elsewhere, here])  # resumed here: its last machine's kind
+    assert plan["stage_paces"] == {"vae_prelim": [
+        {"stage": first["out"], "pace": 7.0, "rounds": 3, "machine": kind({"machine": here | {"earlier": [elsewhere]}})}
+    ]}  # fmt: skip
+    assert "+" in plan["stage_paces"]["vae_prelim"][0]["machine"]  # both kinds: paces nothing here
+    assert row["left"] is None and not row["estimated"]
+    plan, row = finished([9.0, 5.0, 7.0], [here])
+    assert plan["stage_paces"]["vae_prelim"][0]["machine"] == kind({"machine": here})
+    assert (row["spent"], row["left"], row["estimated"]) == (None, 7.0 * rounds, True)
+    plan, row = finished([4.0], [elsewhere])
+    assert row["left"] is None and not row["estimated"]
+    torch.save({"state": {}, "round": 2}, first["out"])  # a model, not a run's checkpoint
+    assert campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])["stage_paces"] == {}
+
+
 def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(
     synthetic_root, tmp_path, monkeypatch
 ):

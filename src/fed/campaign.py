@@ -134,8 +134,7 @@ def plan(
             jobs[out]["export"] = export  # where ``run(export=True)`` commits it: the config's reference_dir
         _add_config_paces(paces, grid, {j["args"]["tracking"]["tags"]["algorithm"] for j in jobs.values()
                                         if j["kind"] == "cell"})  # fmt: skip
-        if any(j["kind"] == "stage" and j["args"]["stage"]["kind"] == "dp_cgan" for j in jobs.values()):
-            _add_gan_stage_paces(stage_paces, grid)
+        _add_stage_paces(stage_paces, grid, {j["args"]["stage"]["kind"] for j in jobs.values() if j["kind"] == "stage"})
     ordered = sorted(jobs.values(), key=lambda j: j["rank"])
     header = {"version": PLAN_VERSION, "configs": configs, "tables": tables, "methods": methods}
     plan_ = header | {"partitions": partitions, "jobs": ordered, "unaudited": unaudited, "paces": paces}
@@ -172,16 +171,39 @@ def _add_config_paces(paces: dict[str, list[dict[str, Any]]], grid, algorithms: 
             seen.add(out)
 
 
-def _add_gan_stage_paces(stage_paces: dict[str, list[dict[str, Any]]], grid) -> None:
-    """The paces of the config's finished DA-FL GAN stages (``_gan_stage_paces``), which pace its stages to run
-    before any of their clients has taken a step (``status``)."""
-    seen = {pace["stage"] for pace in stage_paces.get("dp_cgan", [])}
+def _add_stage_paces(stage_paces: dict[str, list[dict[str, Any]]], grid, kinds: set[str]) -> None:
+    """The paces of the config's finished stages of ``kinds`` (the plan's stages'), which pace its stages of a kind
+    before they have a pace of their own (``status``): DA-FL's GAN stages by their clients' DP-SGD steps
+    (``_gan_stage_paces``), stages whose file is their FL run's checkpoint (FedDPMS' Stage I, a FedAvg prefix) by
+    their rounds (``_checkpoint_stage_pace``)."""
+    seen = {pace["stage"] for paces in stage_paces.values() for pace in paces}
     for key, stages in grid.stages.items():
         for stage in stages.values():
             out = grid.stage_path(*key, stage)
-            if stage.kind == "dp_cgan" and out not in seen and Path(out).exists():
-                stage_paces.setdefault("dp_cgan", []).extend(_gan_stage_paces(out))
-                seen.add(out)
+            if stage.kind not in kinds or out in seen or not Path(out).exists():
+                continue
+            if found := _gan_stage_paces(out) if stage.kind == "dp_cgan" else _checkpoint_stage_pace(out):
+                stage_paces.setdefault(stage.kind, []).extend(found)
+            seen.add(out)
+
+
+def _checkpoint_stage_pace(out: str) -> list[dict[str, Any]]:
+    """A finished stage whose file is its FL run's checkpoint: its median round's seconds, its rounds and the kind of
+    machine they ran on (``fed.provenance.kind`` of the checkpoint's ``machines``); none for another stage's file (a
+    model, a tuning's choice)."""
+    import torch
+
+    from fed.provenance import kind
+
+    try:
+        ckpt = torch.load(out, weights_only=False, map_location="cpu", mmap=True)
+        history, rounds, machines = ckpt["history"], ckpt["round"], ckpt.get("machines") or [{}]
+    except (OSError, pickle.UnpicklingError, EOFError, RuntimeError, KeyError, TypeError):
+        return []
+    if not (pace := _median_round(history)):
+        return []
+    where = kind({"machine": machines[-1] | ({"earlier": machines[:-1]} if len(machines) > 1 else {})})
+    return [{"stage": out, "pace": pace, "rounds": rounds, "machine": where}]
 
 
 def _gan_stage_paces(out: str) -> list[dict[str, Any]]:
@@ -612,8 +634,9 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
     rounds or steps; cells with none in the plan, at the pace of its algorithm's finished cells the plan skipped
     that ran on this kind of machine, or where none did, of the config's other finished cells of it that did:
-    ``plan``'s ``paces``; DA-FL GAN stages with none in the plan, at the config's finished ones' clients that ran
-    on this kind of machine: ``stage_paces``), or where its work is not known yet (a stage whose
+    ``plan``'s ``paces``; stages with none in the plan, at the config's finished ones of their kind that ran on this
+    kind of machine — DA-FL's GAN stages, their clients that did; FedDPMS' Stage I, a FedAvg prefix, their rounds:
+    ``stage_paces``), or where its work is not known yet (a stage whose
     partition is not written) the mean time of its kind's timed jobs; None where there are none; ``summed`` — a
     DA-FL GAN stage, whose seconds are its clients', each on one thread, summed (it trains ``--threads`` of them at
     once).
@@ -675,8 +698,9 @@ def _finished_paces(
         own = [p for p in local if p.get("planned", True)] or local
         if own:
             found["cell", alg] = [(p["pace"] * p["rounds"], p["rounds"]) for p in own]
-    for stage_kind, ps in (stage_paces or {}).items():
-        if local := [(p["pace"] * p["steps"], p["steps"]) for p in ps if p["machine"] == here]:
+    for stage_kind, ps in (stage_paces or {}).items():  # their work: a GAN stage's steps, an FL stage's rounds
+        work = [(p["pace"], p["steps"] if "steps" in p else p["rounds"]) for p in ps if p["machine"] == here]
+        if local := [(pace * n, n) for pace, n in work]:
             found["stage", stage_kind] = local
     return found
 
