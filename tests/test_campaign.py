@@ -612,6 +612,9 @@ def test_a_stage_of_fl_rounds_not_started_is_paced_by_the_config_s_finished_stag
     assert row["left"] is None and not row["estimated"]
     torch.save({"state": {}, "round": 2}, first["out"])  # a model, not a run's checkpoint
     assert campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])["stage_paces"] == {}
+    paces = [{"stage": s, "pace": t, "rounds": n, "machine": kind({"machine": here})} for s, t, n in
+             [("a", 2.0, 3), ("b", 10.0, 1)]]  # fmt: skip
+    assert campaign._finished_paces({}, {"vae_prelim": paces}) == {("stage", "vae_prelim"): [(6.0, 3), (10.0, 1)]}
 
 
 def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(
