@@ -741,6 +741,8 @@ def test_status_says_the_hours_spent_and_left_and_which_are_estimated_from_other
     )
     assert lines[-2:] == [last, campaign.GAN_HOURS]
     assert campaign.describe(rows[:1] + rows[2:]).splitlines()[-1].startswith("1 stopped, 1 waiting")  # no stage
+    assert campaign.describe(rows[3:]).splitlines()[-1] == "1 ready, 1 done; 1 job with no estimate"  # not "0.0 h"
+    assert campaign.describe(rows[4:]).splitlines()[-1] == "1 done; nothing left"
 
 
 LINGER = """

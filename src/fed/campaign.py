@@ -887,14 +887,16 @@ def describe(rows: list[dict[str, Any]]) -> str:
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["state"].split()[0]] = counts.get(r["state"].split()[0], 0) + 1
-    paced = sum(r["left"] for r in rows if r["left"] is not None and not r["estimated"])
+    paced = [r["left"] for r in rows if r["left"] is not None and not r["estimated"] and r["state"] != "done"]
     like = [r["left"] for r in rows if r["estimated"]]
     unknown = sum(r["left"] is None for r in rows)
-    summary = ", ".join(f"{n} {state}" for state, n in counts.items())
-    line = f"{summary}; ≈ {paced / 3600:.1f} h left at the pace so far"
+    left = [f"≈ {sum(paced) / 3600:.1f} h left at the pace so far"] if paced else []  # none paced: not "0.0 h left"
     if like:
-        line += f", ≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: at their kind's pace)"
-    lines.append(line + (f", and {_jobs(unknown)} with no estimate" if unknown else ""))
+        left.append(f"≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: at their kind's pace)")
+    if unknown:
+        left.append(f"{'and ' * bool(left)}{_jobs(unknown)} with no estimate")
+    summary = ", ".join(f"{n} {state}" for state, n in counts.items())
+    lines.append(f"{summary}; {', '.join(left) or 'nothing left'}")
     if any(r.get("summed") for r in rows):
         lines.append(GAN_HOURS)
     return "\n".join(lines)
