@@ -583,7 +583,7 @@ def test_a_stage_of_fl_rounds_not_started_is_paced_by_the_config_s_finished_stag
 ):
     """FedDPMS' Stage I (its file is its run's last checkpoint): before its first round, its rounds at the median
     round of the config's finished Stage I stages whose rounds ran on this kind of machine (the checkpoint's
-    ``machines``, the last where it resumed elsewhere); a file without rounds paces nothing."""
+    ``machines``: one resumed across kinds is both, and paces nothing); a file without rounds paces nothing."""
     monkeypatch.chdir(tmp_path)
     here = machine(resolve_device("auto"))
     elsewhere = {"gpu": "NVIDIA H200"} if kind({"machine": here}).startswith("cpu") else {"cpu_capability": "AVX2"}
@@ -599,7 +599,7 @@ def test_a_stage_of_fl_rounds_not_started_is_paced_by_the_config_s_finished_stag
         plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])
         return plan, next(r for r in campaign.status(plan) if r["job"] == second["label"])
 
-    plan, row = finished([9.0, 5.0, 7.0], [elsewhere, here])  # resumed here: its last machine's kind
+    plan, row = finished([9.0, 5.0, 7.0], [elsewhere, here])  # resumed here after rounds elsewhere
     assert plan["stage_paces"] == {"vae_prelim": [
         {"stage": first["out"], "pace": 7.0, "rounds": 3, "machine": kind({"machine": here | {"earlier": [elsewhere]}})}
     ]}  # fmt: skip
