@@ -617,6 +617,55 @@ def test_a_stage_of_fl_rounds_not_started_is_paced_by_the_config_s_finished_stag
     assert campaign._finished_paces({}, {"vae_prelim": paces}) == {("stage", "vae_prelim"): [(6.0, 3), (10.0, 1)]}
 
 
+def test_an_algorithm_that_never_ran_here_is_paced_by_another_s_pace_here_scaled_by_their_ratio_elsewhere(
+    tmp_path, monkeypatch
+):
+    """FedProx's cells on a CPU where no FedProx cell ran: FedAvg's pace here (the plan's running cell's before its
+    finished cells') times FedProx's over FedAvg's seconds a round, weighted by rounds, on the machine where both ran
+    the most rounds; said under the table. An algorithm with no such pair still has no estimate."""
+    monkeypatch.chdir(tmp_path)
+    here = kind({"machine": machine(resolve_device("auto"))})
+    gpu, cpu = ("cuda NVIDIA H200", "cpu AVX2") if here.startswith("cpu") else ("cpu AVX2", "cpu SSE4")
+
+    def job(name, algorithm):
+        args = {"preset": dataclasses.asdict(FLConfig(rounds=10)), "dataset": "synthetic", "work_dir": f"work/{name}",
+                "tracking": {"tags": {"algorithm": algorithm}}}  # fmt: skip
+        return {"kind": "cell", "out": f"runs/{name}/metrics.json", "rank": [0, 0, 1], "needs": [], "label": name,
+                "args": args}  # fmt: skip
+
+    def pace(seconds, rounds, where):
+        return {"cell": f"{where}/{seconds}", "pace": seconds, "rounds": rounds, "machine": where}
+
+    paces = {
+        "fedavg": [pace(300.0, 10, here), pace(400.0, 30, here), pace(11.0, 50, gpu), pace(9.0, 50, gpu),
+                   pace(50.0, 10, cpu)],
+        "fedprox": [pace(14.0, 30, gpu), pace(12.0, 70, gpu), pace(100.0, 120, cpu)],  # 12.6 a round on the H200
+        "fedmix": [pace(5.0, 10, cpu)],
+    }  # fmt: skip
+    plan = {"version": campaign.PLAN_VERSION, "paces": paces,
+            "jobs": [job("prox", "fedprox"), job("mix", "fedmix"), job("nova", "fednova")]}  # fmt: skip
+    rows = {r["job"]: r for r in campaign.status(plan)}
+    ratio = 12.6 / 10.0  # on the H200 (200 rounds of both), not the AVX2 CPU (130: ratio 2)
+    assert rows["prox"]["left"] == pytest.approx(375.0 * ratio * 10) and rows["prox"]["estimated"]
+    assert rows["prox"]["scaled"] == f"fedprox: at fedavg's pace here × 1.26 (fedprox's over fedavg's on {gpu})"
+    assert rows["mix"]["left"] == pytest.approx(375.0 * 5.0 / 50.0 * 10)  # its only pair: the AVX2 CPU
+    assert rows["nova"]["left"] is None and not rows["nova"]["estimated"]  # never ran anywhere
+    lines = campaign.describe(list(rows.values())).splitlines()
+    assert lines[-3].endswith("(≈: at their kind's pace, or as said below), and 1 job with no estimate")
+    assert lines[-2:] == [f"≈ {rows['prox']['scaled']}", f"≈ {rows['mix']['scaled']}"]
+    assert rows["mix"]["scaled"].startswith("fedmix: at fedavg's pace here × 0.10 (")
+
+    Path("work/avg").mkdir(parents=True)  # the plan's own FedAvg cell, stopped: its pace before the finished cells'
+    history = [{"seconds": t, "global_acc": 50.0} for t in (180.0, 200.0, 220.0)]
+    torch.save({"round": 3, "history": history, "wall_seconds": 600.0}, "work/avg/checkpoint.pt")
+    rows = {r["job"]: r for r in campaign.status(plan | {"jobs": [job("avg", "fedavg"), job("prox", "fedprox")]})}
+    assert rows["prox"]["left"] == pytest.approx(200.0 * ratio * 10)
+    moved = {alg: [p | {"machine": here} for p in ps] if alg == "fedprox" else ps for alg, ps in paces.items()}
+    rows = {r["job"]: r for r in campaign.status(plan | {"paces": moved})}  # FedProx ran here: its own pace
+    assert rows["prox"]["left"] == pytest.approx((14.0 * 30 + 12.0 * 70 + 100.0 * 120) / 220 * 10)
+    assert "scaled" not in rows["prox"]
+
+
 def test_a_running_cell_s_status_counts_its_rounds_past_the_checkpoint_and_a_stopped_one_only_the_checkpoint(
     synthetic_root, tmp_path, monkeypatch
 ):

@@ -636,8 +636,9 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     that ran on this kind of machine, or where none did, of the config's other finished cells of it that did:
     ``plan``'s ``paces``; stages with none in the plan, at the config's finished ones of their kind that ran on this
     kind of machine — DA-FL's GAN stages, their clients that did; FedDPMS' Stage I, a FedAvg prefix, their rounds:
-    ``stage_paces``), or where its work is not known yet (a stage whose
-    partition is not written) the mean time of its kind's timed jobs; None where there are none; ``summed`` — a
+    ``stage_paces``); a cell whose algorithm has no pace here, at another algorithm's pace here times their ratio on
+    a machine where both ran (``_scaled_pace``; ``scaled`` says which); or where its work is not known yet (a stage
+    whose partition is not written) the mean time of its kind's timed jobs; None where there are none; ``summed`` — a
     DA-FL GAN stage, whose seconds are its clients', each on one thread, summed (it trains ``--threads`` of them at
     once).
     Progress is read for cells (their checkpoint or record), stages that run FL rounds (their runs' checkpoints:
@@ -666,13 +667,17 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
             paced.setdefault(_kind_of(job), []).append((p.rate() * p.done, p.done))
         if row["spent"] is not None and row["left"] is not None:
             whole.setdefault(_kind_of(job), []).append(row["spent"] + row["left"])
-    finished = _finished_paces(plan_.get("paces", {}), plan_.get("stage_paces", {}))
+    cell_paces = plan_.get("paces", {})
+    finished = _finished_paces(cell_paces, plan_.get("stage_paces", {}))
+    here = {kind: paced.get(kind) or finished[kind] for kind in paced.keys() | finished.keys()}
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
         if row["left"] is not None or row["state"] == "done":
             continue
         kind = _kind_of(job)
         if p.todo is not None and (pace := paced.get(kind) or finished.get(kind)):
             row["left"] = sum(t for t, _ in pace) / sum(w for _, w in pace) * p.todo
+        elif p.todo is not None and kind[0] == "cell" and (scaled := _scaled_pace(kind[1], here, cell_paces)):
+            row["left"], row["scaled"] = scaled[0] * p.todo, scaled[1]
         elif row["spent"] is None and (times := whole.get(kind)):
             row["left"] = sum(times) / len(times)
         row["estimated"] = row["left"] is not None
@@ -703,6 +708,37 @@ def _finished_paces(
         if local := [(pace * n, n) for pace, n in work]:
             found["stage", stage_kind] = local
     return found
+
+
+def _scaled_pace(
+    algorithm: str, here: dict[tuple[str, str], list[tuple[float, int]]], paces: dict[str, list[dict[str, Any]]]
+) -> tuple[float, str] | None:
+    """An algorithm's seconds a round on this kind of machine where none of its cells has a pace here: another
+    algorithm's pace here (``here``, as ``status`` weighs it) times the ratio of the two algorithms' paces on a machine
+    where both have finished cells (``plan``'s ``paces``) — FedProx on a CPU at FedAvg's pace there times FedProx's
+    over FedAvg's on the H200 — with the words that say so; of several such pairs, the one with the most rounds on
+    that machine. None without one."""
+
+    def by_machine(alg: str) -> dict[str, list[dict[str, Any]]]:
+        found: dict[str, list[dict[str, Any]]] = {}
+        for p in paces.get(alg, []):
+            found.setdefault(p["machine"], []).append(p)
+        return found
+
+    def mean(ps: list[dict[str, Any]]) -> float:  # seconds a round, weighted by rounds
+        return sum(p["pace"] * p["rounds"] for p in ps) / sum(p["rounds"] for p in ps)
+
+    mine, pairs = by_machine(algorithm), []
+    for (kind, other), work in here.items():
+        theirs = by_machine(other) if kind == "cell" and other != algorithm else {}
+        for m in mine.keys() & theirs.keys():
+            rounds = sum(p["rounds"] for p in mine[m] + theirs[m])
+            pairs.append((-rounds, other, m, sum(t for t, _ in work) / sum(w for _, w in work), mine[m], theirs[m]))
+    if not pairs:
+        return None
+    _, other, m, pace, mine_there, theirs_there = min(pairs, key=lambda pair: pair[:3])
+    ratio = mean(mine_there) / mean(theirs_there)
+    return pace * ratio, f"{algorithm}: at {other}'s pace here × {ratio:.2f} ({algorithm}'s over {other}'s on {m})"
 
 
 def _kind_of(job: dict[str, Any]) -> tuple[str, str]:
@@ -891,12 +927,14 @@ def describe(rows: list[dict[str, Any]]) -> str:
     like = [r["left"] for r in rows if r["estimated"]]
     unknown = sum(r["left"] is None for r in rows)
     left = [f"≈ {sum(paced) / 3600:.1f} h left at the pace so far"] if paced else []  # none paced: not "0.0 h left"
+    scaled = list(dict.fromkeys(f"≈ {r['scaled']}" for r in rows if r.get("scaled")))
     if like:
-        left.append(f"≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: at their kind's pace)")
+        why = "at their kind's pace" + ", or as said below" * bool(scaled)
+        left.append(f"≈ {sum(like) / 3600:.1f} h for {_jobs(len(like))} without a pace (≈: {why})")
     if unknown:
         left.append(f"{'and ' * bool(left)}{_jobs(unknown)} with no estimate")
     summary = ", ".join(f"{n} {state}" for state, n in counts.items())
-    lines.append(f"{summary}; {', '.join(left) or 'nothing left'}")
+    lines += [f"{summary}; {', '.join(left) or 'nothing left'}", *scaled]
     if any(r.get("summed") for r in rows):
         lines.append(GAN_HOURS)
     return "\n".join(lines)
