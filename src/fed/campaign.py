@@ -716,8 +716,8 @@ def _scaled_pace(
     """An algorithm's seconds a round on this kind of machine where none of its cells has a pace here: another
     algorithm's pace here (``here``, as ``status`` weighs it) times the ratio of the two algorithms' paces on a machine
     where both have finished cells (``plan``'s ``paces``) — FedProx on a CPU at FedAvg's pace there times FedProx's
-    over FedAvg's on the H200 — with the words that say so; of several such pairs, the one with the most rounds on
-    that machine. None without one."""
+    over FedAvg's on the H200 — with the words that say so; of several such pairs, the one whose two algorithms ran
+    the most rounds on that machine. None without one."""
 
     def by_machine(alg: str) -> dict[str, list[dict[str, Any]]]:
         found: dict[str, list[dict[str, Any]]] = {}
