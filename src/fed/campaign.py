@@ -669,13 +669,13 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
             whole.setdefault(_kind_of(job), []).append(row["spent"] + row["left"])
     cell_paces = plan_.get("paces", {})
     finished = _finished_paces(cell_paces, plan_.get("stage_paces", {}))
-    here = {kind: paced.get(kind) or finished[kind] for kind in paced.keys() | finished.keys()}
+    here = {kind: _per_unit(paced.get(kind) or finished[kind]) for kind in paced.keys() | finished.keys()}
     for job, row, p in zip(plan_["jobs"], rows, found, strict=True):
         if row["left"] is not None or row["state"] == "done":
             continue
         kind = _kind_of(job)
-        if p.todo is not None and (pace := paced.get(kind) or finished.get(kind)):
-            row["left"] = sum(t for t, _ in pace) / sum(w for _, w in pace) * p.todo
+        if p.todo is not None and kind in here:
+            row["left"] = here[kind] * p.todo
         elif p.todo is not None and kind[0] == "cell" and (scaled := _scaled_pace(kind[1], here, cell_paces)):
             row["left"], row["scaled"] = scaled[0] * p.todo, scaled[1]
         elif row["spent"] is None and (times := whole.get(kind)):
@@ -711,13 +711,13 @@ def _finished_paces(
 
 
 def _scaled_pace(
-    algorithm: str, here: dict[tuple[str, str], list[tuple[float, int]]], paces: dict[str, list[dict[str, Any]]]
+    algorithm: str, here: dict[tuple[str, str], float], paces: dict[str, list[dict[str, Any]]]
 ) -> tuple[float, str] | None:
     """An algorithm's seconds a round on this kind of machine where none of its cells has a pace here: another
-    algorithm's pace here (``here``, as ``status`` weighs it) times the ratio of the two algorithms' paces on a machine
-    where both have finished cells (``plan``'s ``paces``) — FedProx on a CPU at FedAvg's pace there times FedProx's
-    over FedAvg's on the H200 — with the words that say so; of several such pairs, the one whose two algorithms ran
-    the most rounds on that machine. None without one."""
+    algorithm's seconds a round here (``here``, as ``status`` weighs them) times the ratio of the two algorithms'
+    paces on a machine where both have finished cells (``plan``'s ``paces``) — FedProx on a CPU at FedAvg's pace
+    there times FedProx's over FedAvg's on the H200 — with the words that say so; of several such pairs, the one whose
+    two algorithms ran the most rounds on that machine. None without one."""
 
     def by_machine(alg: str) -> dict[str, list[dict[str, Any]]]:
         found: dict[str, list[dict[str, Any]]] = {}
@@ -729,16 +729,21 @@ def _scaled_pace(
         return sum(p["pace"] * p["rounds"] for p in ps) / sum(p["rounds"] for p in ps)
 
     mine, pairs = by_machine(algorithm), []
-    for (kind, other), work in here.items():
+    for (kind, other), pace in here.items():
         theirs = by_machine(other) if kind == "cell" and other != algorithm else {}
         for m in mine.keys() & theirs.keys():
             rounds = sum(p["rounds"] for p in mine[m] + theirs[m])
-            pairs.append((-rounds, other, m, sum(t for t, _ in work) / sum(w for _, w in work), mine[m], theirs[m]))
+            pairs.append((-rounds, other, m, pace, mine[m], theirs[m]))
     if not pairs:
         return None
     _, other, m, pace, mine_there, theirs_there = min(pairs, key=lambda pair: pair[:3])
     ratio = mean(mine_there) / mean(theirs_there)
     return pace * ratio, f"{algorithm}: at {other}'s pace here × {ratio:.2f} ({algorithm}'s over {other}'s on {m})"
+
+
+def _per_unit(work: list[tuple[float, int]]) -> float:
+    """Seconds a round or a step of jobs' (seconds, rounds or steps): their seconds over their work."""
+    return sum(t for t, _ in work) / sum(n for _, n in work)
 
 
 def _kind_of(job: dict[str, Any]) -> tuple[str, str]:
