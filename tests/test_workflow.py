@@ -237,21 +237,20 @@ def test_dafl_ablations_train_only_what_reference_lacks(overlays, finished, tmp_
 
 
 def test_feddpms_fmnist_trains_only_what_reference_lacks(tmp_path):
-    """config/feddpms_fmnist.yaml (the β = 0.5 pair, β = 0.1's FedDPMS, β = 0.1's and 0.2's FedAvg and FedProx) and its
-    chart overlay: without a reference they train the chart's 25 cells and the preliminary-rounds ablation's 2 more
+    """config/feddpms_fmnist.yaml (the β = 0.5 pair, β = 0.1's and 0.2's FedDPMS, FedAvg and FedProx) and its chart
+    overlay: without a reference they train the chart's 25 cells and the preliminary-rounds ablation's 2 more
     (P = 15, 25), with one Stage I a β and one a P (issue 42); with reference/feddpms_fmnist a fresh checkout trains
-    only the cells not committed there, so the tables rebuild without training once their 7 cells are in."""
+    only the cells not committed there, so the tables rebuild without training once their 8 cells are in."""
     args = ("--configfile", str(REPO / "config/feddpms_fmnist.yaml"))
     chart = (*args, str(REPO / "config/feddpms_fmnist_chart.yaml"))
     counts = job_counts(snakemake(tmp_path, "-n", *args, "--config", "reference_dir=null").stdout)
-    assert (counts["train"], counts["stage"]) == (7, 2)  # FedDPMS' Stage I at β = 0.5 and 0.1
+    assert (counts["train"], counts["stage"]) == (8, 3)  # FedDPMS' Stage I at β = 0.5, 0.1 and 0.2
     counts = job_counts(snakemake(tmp_path, "-n", *chart, "--config", "reference_dir=null").stdout)
     assert (counts["train"], counts["stage"]) == (5 * 5 + 2, 5 + 2)
     manifest = REPO / "reference/feddpms_fmnist/MANIFEST.json"
     committed = json.loads(manifest.read_text())["cells"] if manifest.exists() else {}
-    cells = {f"feddpms/fmnist/dir0.5/{m}/seed0" for m in ("fedavg", "feddpms")} | {
-        "feddpms/fmnist/dir0.1/feddpms/seed0"
-    }
+    cells = {f"feddpms/fmnist/dir0.5/{m}/seed0" for m in ("fedavg", "feddpms")}
+    cells |= {f"feddpms/fmnist/{p}/feddpms/seed0" for p in ("dir0.1", "dir0.2")}
     cells |= {f"feddpms/fmnist/{p}/{m}/seed0" for p in ("dir0.1", "dir0.2") for m in ("fedavg", "fedprox_mu0.001")}
     assert job_counts(snakemake(tmp_path, "-n", *args).stdout).get("train", 0) == len(cells - set(committed))
 
