@@ -726,7 +726,7 @@ def _scaled_pace(
         return found
 
     def mean(ps: list[dict[str, Any]]) -> float:  # seconds a round, weighted by rounds
-        return sum(p["pace"] * p["rounds"] for p in ps) / sum(p["rounds"] for p in ps)
+        return _per_unit([(p["pace"] * p["rounds"], p["rounds"]) for p in ps])
 
     mine, pairs = by_machine(algorithm), []
     for (kind, other), pace in here.items():
