@@ -257,20 +257,21 @@ def test_feddpms_fmnist_trains_only_what_reference_lacks(tmp_path):
 
 def test_feddpms_fmnist_figure_puts_the_committed_cells_beside_the_authors_chart(tmp_path):
     """config/feddpms_fmnist.yaml's accuracy-vs-β figure (docs/img/feddpms_fmnist_acc_vs_beta.png) rebuilds from
-    reference/feddpms_fmnist without training: our FedAvg at the β run, each its committed best round, beside the
-    chart's FedAvg at all five β (fed/reporting/data/feddpms.csv)."""
+    reference/feddpms_fmnist without training: our FedAvg and FedDPMS at the β run, each its committed best round,
+    beside the chart's FedAvg and FedDPMS at all five β (fed/reporting/data/feddpms.csv)."""
     args = ("--configfile", str(REPO / "config/feddpms_fmnist.yaml"), "--until", "figure")
     assert "rule train:" not in snakemake(tmp_path, "-n", *args).stdout
     snakemake(tmp_path, "--cores", "1", *args)
     fig = pd.read_csv(tmp_path / "reports/figures/feddpms/acc_vs_beta_fmnist.csv")
     runs = REPO / "reference/feddpms_fmnist/runs/feddpms/fmnist"
-    ours = fig[fig.role == "sweep"].set_index("partition").global_acc.to_dict()
+    ours = fig[fig.role == "sweep"].set_index(["method", "partition"]).global_acc.to_dict()
     assert ours == {
-        p: json.loads((runs / p / "fedavg/seed0/metrics.json").read_text())["best"]["global_acc"] for p in ours
+        (m, p): json.loads((runs / p / m / "seed0/metrics.json").read_text())["best"]["global_acc"] for m, p in ours
     }
-    assert sorted(ours) == ["dir0.1", "dir0.2", "dir0.5"]
-    chart = fig[fig.role == "paper"].set_index("x").global_acc.to_dict()
-    assert chart == {0.1: 79.5, 0.2: 82.72, 0.3: 83.87, 0.4: 84.29, 0.5: 84.73}
+    assert sorted(ours) == [(m, p) for m in ("fedavg", "feddpms") for p in ("dir0.1", "dir0.2", "dir0.5")]
+    chart = fig[fig.role == "paper"].set_index(["method", "x"]).global_acc.to_dict()
+    read_off = {"fedavg": [79.5, 82.72, 83.87, 84.29, 84.73], "feddpms": [82.06, 85.67, 86.11, 86.57, 87.56]}
+    assert chart == {(m, x): acc for m, accs in read_off.items() for x, acc in zip([0.1, 0.2, 0.3, 0.4, 0.5], accs)}
 
 
 def markdown_row(text: str, first: str) -> list[str]:
