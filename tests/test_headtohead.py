@@ -357,7 +357,7 @@ def protocol_leakage(grid, partition="h2h_dir0.5"):
 
     cells = grid.cost_cells("headtohead", "h2h_protocol", audited=True)
     privacy = audit_privacy([dict(c, path=grid.cell_path(**c, file="audit.json"), metrics=grid.cell_path(**c))
-                             for c in cells])  # fmt: skip
+                             for c in cells], decimals=None)  # fmt: skip
     boards = [grid.config["tables"][b]["methods"] for b in PROTOCOL_BOARDS]
     methods = boards[0] + [m for m in boards[1] if m not in boards[0]]
     return leakage_glance(privacy, partition, methods)

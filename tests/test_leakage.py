@@ -310,6 +310,9 @@ def test_audited_columns_by_hand(tmp_path):
     assert privacy.loc["dafl", "update_advantage"] == 0.4 and privacy.loc["dafl", "update_advantage_lo"] == 0.3
     assert math.isnan(privacy.loc["scaffold", "leakage_lo"])  # an audit from before the intervals
     assert "leakage_lo" not in audit_privacy(cells[:1]).columns  # no audit of the table has intervals: no column
+    # the table's rounding is the caller's: a display that rounds again reads the unrounded means
+    assert audit_privacy(cells, decimals=1).set_index("method").loc["dafl", "mb_shared"] == 3.1
+    assert audit_privacy(cells, decimals=None).set_index("method").loc["dafl", "mb_shared"] == 1000 * 3136 / 1e6
 
 
 def test_feddpms_without_a_shared_stage_i_is_audited_after_its_own(synthetic_root):

@@ -60,7 +60,7 @@ def _shared_bytes(ledger: dict, item_bytes: dict) -> float:
     return float(sum(v * item_bytes[k] for k, v in ledger.items() if k in item_bytes and isinstance(v, int | float)))
 
 
-def audit_privacy(cells: list[dict]) -> pd.DataFrame:
+def audit_privacy(cells: list[dict], decimals: int | None = 3) -> pd.DataFrame:
     """Per (dataset, partition, method): MB shared over the run beyond the model updates; the record-like artifact
     audited (``records``), its leakage score (0: its artifacts find their client's training records closest no more
     often than chance, 1: raw records; ``fed.leakage``), how many distinct records are nearest to its artifacts (the
@@ -69,7 +69,8 @@ def audit_privacy(cells: list[dict]) -> pd.DataFrame:
     updates give away) and its sample size. Since the per-class null (fed.membership): the leakage score's bootstrap
     interval and the old per-client score beside it; the membership advantage of a distance attack on the artifact
     and on the inversion, and of a loss attack on the clients' updates, with intervals (``_lo``, ``_hi``: the mean
-    over seeds of each cell's interval), left out where every audit predates them. Mean and std over seeds."""
+    over seeds of each cell's interval), left out where every audit predates them. Mean and std over seeds, rounded
+    to ``decimals`` (``None``: unrounded, for a display that rounds again, such as ``leakage_glance``)."""
     rows = []
     for cell, audit, metrics in _records(cells):
         arts = audit["artifacts"]
@@ -102,9 +103,8 @@ def audit_privacy(cells: list[dict]) -> pd.DataFrame:
     out = _mean_std(pd.DataFrame(rows), ["leakage", "advantage", "inversion_leakage", "update_advantage"])
     since_intervals = [c for c in out.columns if c.endswith(("_lo", "_hi", "advantage", "advantage_std", "_client"))]
     out = out.drop(columns=[c for c in since_intervals if out[c].isna().all()])  # no audit of the table has them
-    return out[
-        KEYS + ["mb_shared", "records"] + [c for c in out.columns if c not in KEYS + ["mb_shared", "records"]]
-    ].round(3)
+    out = out[KEYS + ["mb_shared", "records"] + [c for c in out.columns if c not in KEYS + ["mb_shared", "records"]]]
+    return out if decimals is None else out.round(decimals)
 
 
 def _ci(name: str, bounds: list[float] | None) -> dict[str, float]:
@@ -126,10 +126,11 @@ LEAKAGE_GLANCE = {  # column of the glance -> the privacy table's score
 
 
 def leakage_glance(privacy: pd.DataFrame, partition: str, methods: list[str]) -> pd.DataFrame:
-    """One regime's leakage, one row per method of ``methods`` (``audit_privacy``'s rows of ``partition``): what is
-    attacked, and each attack's score, mean over seeds, with the mean over seeds of its cells' 95 % bootstrap
-    interval in brackets; — where the method has no such artifact, and "nothing audited" where no attack has a score
-    (its runs trained no round: nothing left the clients)."""
+    """One regime's leakage, one row per method of ``methods`` (``audit_privacy``'s rows of ``partition``, unrounded:
+    ``decimals=None``, or a mean of 0.5955 reads 0.59 through 0.595): what is attacked, and each attack's score, mean
+    over seeds, with the mean over seeds of its cells' 95 % bootstrap interval in brackets; — where the method has no
+    such artifact, and "nothing audited" where no attack has a score (its runs trained no round: nothing left the
+    clients)."""
 
     def score(row: pd.Series, name: str) -> str:
         value, lo, hi = (row.get(k, math.nan) for k in (name, f"{name}_lo", f"{name}_hi"))
