@@ -298,6 +298,9 @@ def test_audited_columns_by_hand(tmp_path):
     assert costs.loc["dafl", "mb_shared_per_client"] == pytest.approx(1000 * 3136 / 4 / 1e6, abs=1e-3)
     assert costs.loc["dafl", "stage_seconds"] == 60.0 and costs.loc["scaffold", "stage_seconds"] == 0.0
     assert costs.loc["dafl", "stage_peak_rss_mb"] == 900.0 and costs.loc["dafl", "peak_rss_mb"] == 700.0
+    raw = audit_costs(cells, decimals=None).set_index("method")
+    assert raw.loc["dafl", "mb_shared_per_client"] == 1000 * 3136 / 4 / 1e6  # 0.784: 3 decimals hide nothing here
+    assert audit_costs(cells, decimals=1).set_index("method").loc["dafl", "mb_shared_per_client"] == 0.8
     privacy = audit_privacy(cells).set_index("method")
     assert privacy.loc["dafl", "records"] == "synthetic_samples" and privacy.loc["scaffold", "records"] == ""
     assert privacy.loc["dafl", "leakage"] == 0.2 and math.isnan(privacy.loc["scaffold", "leakage"])

@@ -58,6 +58,8 @@ def test_the_privacy_ledger_lists_what_left_the_clients_per_method(tmp_path):
     assert list(df.index) == ["fedavg", "feddpms", "dafl"]
     assert df.loc["feddpms", "noisy_latent_means"] == 600 and df.loc["feddpms", "epsilon_exact"] == 27.8  # largest
     assert df.loc["dafl", "epsilon_gan"] == "inf" and pd.isna(df.loc["fedavg", "decoders"])  # FedAvg shares nothing
+    assert privacy_table(cells, decimals=0).set_index("method").loc["feddpms", "epsilon_exact"] == 28.0
+    assert df.loc["dafl", "delta"] == 1e-5  # δ is not rounded to 0
 
 
 def test_the_cost_table_divides_by_the_named_baseline_and_keeps_runs_that_trained_no_round(tmp_path):
@@ -89,6 +91,10 @@ def test_the_cost_table_divides_by_the_named_baseline_and_keeps_runs_that_traine
     assert df.loc["p_feddata", "local_steps"] == 10_000.0  # a run's sum over rounds (2 × 4,000; 2 × 6,000), mean
     assert df.loc["p_feddpms", "rounds"] == 0 and math.isnan(df.loc["p_feddpms", "seconds_per_round"])
     assert cost_table(cells)["relative_to_fedavg"].isna().all()  # no method named fedavg: no ratio, not a wrong one
+    # rounded for the md (2 decimals), not for the CSV that the answer table averages over regimes
+    assert df.loc["p_feddpms", "relative_to_fedavg"] == 0.0  # 0.001 s over 50 s, at 2 decimals
+    raw = cost_table(cells, baseline="p_fedavg", decimals=None).set_index("method")
+    assert raw.loc["p_feddpms", "relative_to_fedavg"] == 0.001 / 50
 
 
 def test_a_seed_study_table_shows_each_seed_and_the_range_of_its_last_rounds(tmp_path):

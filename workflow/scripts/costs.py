@@ -7,7 +7,7 @@ import sys
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
 from fed.reporting.audit import KEYS, audit_costs, audit_privacy
-from fed.reporting.tables import LEDGER_NOTES, cost_table, privacy_table, write_frame
+from fed.reporting.tables import LEDGER_NOTES, cost_table, ledger_decimals, privacy_table, write_frame
 
 cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input.metrics)]
 metrics = {tuple(c[k] for k in (*KEYS, "seed")): c["path"] for c in cells}
@@ -16,11 +16,16 @@ audited = [
     for c, path in zip(snakemake.params.audited, snakemake.input.audits)
 ]
 w = snakemake.wildcards
-costs, ledger = cost_table(cells, snakemake.params.baseline), privacy_table(cells)
+# the CSVs unrounded (the answer table averages them over regimes), each md column at its own table's decimals
+costs, ledger = cost_table(cells, snakemake.params.baseline, None), privacy_table(cells, None)
+shown = {"costs": dict.fromkeys(costs.columns, 2), "ledger": ledger_decimals(ledger.columns)}
 audit_note = ""
 if audited:
-    costs = costs.merge(audit_costs(audited), on=KEYS, how="left")
-    ledger = ledger.merge(audit_privacy(audited), on=KEYS, how="left")
+    extra_costs, extra_ledger = audit_costs(audited, None), audit_privacy(audited, None)
+    costs = costs.merge(extra_costs, on=KEYS, how="left")
+    ledger = ledger.merge(extra_ledger, on=KEYS, how="left")
+    shown["costs"] |= {c: 3 for c in extra_costs.columns if c not in KEYS}
+    shown["ledger"] |= {c: 3 for c in extra_ledger.columns if c not in KEYS}
     audit_note = (
         " Audited (fed.leakage): mb_shared is what left the clients beyond model updates over the run (float32 items"
         " of the ledger, labels aside); records is the record-like artifact tested: is its closest real record one of"
@@ -40,11 +45,12 @@ caption = (
         else "."
     )
 )
-write_frame(costs, snakemake.output.csv.removesuffix(".csv"), caption)
+write_frame(costs.round(shown["costs"]), snakemake.output.csv.removesuffix(".csv"), caption, csv_frame=costs)
 notes = "; ".join(f"{k}: {v}" for k, v in LEDGER_NOTES.items() if k in ledger.columns)
 write_frame(
-    ledger,
+    ledger.round(shown["ledger"]),
     snakemake.output.privacy_csv.removesuffix(".csv"),
     f"Privacy ledger of the {w.paper} table runs under preset '{w.preset}': what left the clients (counts per run)"
     " and the guarantees stated for it (largest over seeds)" + (f". {notes}." if notes else ".") + audit_note,
+    csv_frame=ledger,
 )

@@ -34,9 +34,11 @@ def _regimes(rows: pd.DataFrame, sign: int) -> str:
 
 
 def _epsilon(row: pd.Series) -> float | str:
+    """The first stated ε of ``EPSILONS`` (a number at the table's 3 decimals: the column also holds "inf" and "—", so
+    the table's rounding skips it), or —."""
     for key in EPSILONS:
         if key in row and not (isinstance(row[key], float) and math.isnan(row[key])):
-            return row[key]
+            return round(row[key], 3) if isinstance(row[key], float) else row[key]
     return "—"
 
 

@@ -32,11 +32,11 @@ def _mean_std(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
-def audit_costs(cells: list[dict]) -> pd.DataFrame:
+def audit_costs(cells: list[dict], decimals: int | None = 3) -> pd.DataFrame:
     """Per (dataset, partition, method), mean over seeds: MB a participating client exchanges with the server in a
     round (model down and up), MB every client shares once or over the run beyond its model (the privacy ledger's
     items), the train job's peak resident memory, and its preparatory stages' wall time and peak memory (the
-    stages a cell reads, shared or not with other methods)."""
+    stages a cell reads, shared or not with other methods). Rounded to ``decimals`` (``None``: unrounded)."""
     rows = []
     for cell, audit, metrics in _records(cells):
         algorithm = metrics["method"]["algorithm"]
@@ -52,7 +52,8 @@ def audit_costs(cells: list[dict]) -> pd.DataFrame:
                 "stage_peak_rss_mb": max((s["max_rss_mb"] for s in stages.values()), default=math.nan),
             }
         )
-    return pd.DataFrame(rows).groupby(KEYS, sort=False).mean().reset_index().round(3)
+    out = pd.DataFrame(rows).groupby(KEYS, sort=False).mean().reset_index()
+    return out if decimals is None else out.round(decimals)
 
 
 def _shared_bytes(ledger: dict, item_bytes: dict) -> float:

@@ -398,12 +398,12 @@ def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")
 
 
-def cost_table(cells: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
+def cost_table(cells: list[dict], baseline: str = "fedavg", decimals: int | None = 2) -> pd.DataFrame:
     """Measured cost per (dataset, partition, method): wall time of a run, seconds per round (none where a run
     trained no round), the local steps of a run (every client's, summed over its rounds; where recorded), ZSDG
     seconds per round, the wall time relative to FedAvg (``baseline``: its method name) on the same dataset and
     partition (mean over seeds), and ZSDG's quality: the accuracy (%) of each source model on the samples it
-    generated."""
+    generated. Rounded to ``decimals`` (``None``: unrounded, for the CSV that another table averages)."""
     rows = []
     for cell in cells:
         summary = json.loads(Path(cell["path"]).read_text())
@@ -437,7 +437,7 @@ def cost_table(cells: list[dict], baseline: str = "fedavg") -> pd.DataFrame:
     df["relative_to_fedavg"] = [
         row.wall_seconds / base.get((row.dataset, row.partition), math.nan) for row in df.itertuples()
     ]
-    return df.round(2)
+    return df if decimals is None else df.round(decimals)
 
 
 LEDGER_NOTES = {
@@ -448,10 +448,11 @@ LEDGER_NOTES = {
 }
 
 
-def privacy_table(cells: list[dict]) -> pd.DataFrame:
+def privacy_table(cells: list[dict], decimals: int | None = 4) -> pd.DataFrame:
     """What left the clients per (dataset, partition, method) — the privacy ledger of each run's ``metrics.json``
     (``shared``: counts of what was shared, and the guarantees stated for it: ε, δ, clipping), the largest value
-    over seeds for every number. Methods that share nothing but model updates have an empty ledger."""
+    over seeds for every number, rounded to ``decimals`` (``None``: unrounded). Methods that share nothing but model
+    updates have an empty ledger."""
     rows = []
     for cell in cells:
         shared = json.loads(Path(cell["path"]).read_text()).get("shared", {})
@@ -462,4 +463,10 @@ def privacy_table(cells: list[dict]) -> pd.DataFrame:
     numeric = {c: "max" for c in entries if pd.api.types.is_numeric_dtype(df[c])}
     other = {c: "first" for c in entries if c not in numeric}  # "inf": no noise
     out = df.groupby(keys, sort=False).agg({**numeric, **other}).reset_index() if entries else df.drop_duplicates()
-    return out[keys + entries].round(4)
+    out = out[keys + entries]
+    return out if decimals is None else out.round(ledger_decimals(entries, decimals))
+
+
+def ledger_decimals(columns, decimals: int = 4) -> dict[str, int]:
+    """How a privacy ledger's columns are printed: ``decimals`` each, but δ, whose 1e-5 would print as 0."""
+    return {c: decimals for c in columns if c != "delta"}
