@@ -123,9 +123,9 @@ def test_the_glance_reads_each_analysis_and_keeps_a_method_with_no_value():
     half = 12.706205 * 1.5
     p = row(t, "primary", "A")["p_holm"]
     assert g.loc["A", "δ"] == "+3.50"
-    assert g.loc["A", "primary: 95 % interval; Holm p"] == f"{3.5 - half:+.1f} to {3.5 + half:+.1f}; {p:.2g}"
+    assert g.loc["A", "primary: 95 % interval; Holm p"] == f"{3.5 - half:+.2f} to {3.5 + half:+.2f}; {p:.2g}"
     assert g.loc["A", "pooled t"] == f"better ({row(t, 'pooled_t', 'A')['p_holm']:.2g})"
-    assert g.loc["A", "Friedman–Nemenyi (CD 1.35 over 6 blocks)"] == "— (+1.2)"
+    assert g.loc["A", "Friedman–Nemenyi (CD 1.35 over 6 blocks)"] == "— (+1.17)"
     assert g.loc["A", "all four"] == "—"
     # per regime: r2's 4, 5, 6 give t = 5√3 (p 0.0131 on 2 df), 0.026 after Holm over A and B; r1's 2√3 does not
     assert g.loc["A", "regimes (t over seeds, Holm)"] == "r2 +" and g.loc["B", "regimes (t over seeds, Holm)"] == "—"
