@@ -6,8 +6,15 @@ import sys
 
 sys.path.insert(0, f"{snakemake.scriptdir}/../../src")  # fed from this checkout, also in conda envs
 
-from fed.reporting.audit import KEYS, audit_costs, audit_privacy
-from fed.reporting.tables import LEDGER_NOTES, cost_table, ledger_decimals, privacy_table, write_frame
+from fed.reporting.audit import AUDIT_DECIMALS, KEYS, audit_costs, audit_privacy
+from fed.reporting.tables import (
+    COST_DECIMALS,
+    LEDGER_NOTES,
+    cost_table,
+    ledger_decimals,
+    privacy_table,
+    write_frame,
+)
 
 cells = [dict(c, path=path) for c, path in zip(snakemake.params.cells, snakemake.input.metrics)]
 metrics = {tuple(c[k] for k in (*KEYS, "seed")): c["path"] for c in cells}
@@ -18,14 +25,14 @@ audited = [
 w = snakemake.wildcards
 # the CSVs unrounded (the answer table averages them over regimes), each md column at its own table's decimals
 costs, ledger = cost_table(cells, snakemake.params.baseline, None), privacy_table(cells, None)
-shown = {"costs": dict.fromkeys(costs.columns, 2), "ledger": ledger_decimals(ledger.columns)}
+shown = {"costs": dict.fromkeys(costs.columns, COST_DECIMALS), "ledger": ledger_decimals(ledger.columns)}
 audit_note = ""
 if audited:
     extra_costs, extra_ledger = audit_costs(audited, None), audit_privacy(audited, None)
     costs = costs.merge(extra_costs, on=KEYS, how="left")
     ledger = ledger.merge(extra_ledger, on=KEYS, how="left")
-    shown["costs"] |= {c: 3 for c in extra_costs.columns if c not in KEYS}
-    shown["ledger"] |= {c: 3 for c in extra_ledger.columns if c not in KEYS}
+    shown["costs"] |= {c: AUDIT_DECIMALS for c in extra_costs.columns if c not in KEYS}
+    shown["ledger"] |= {c: AUDIT_DECIMALS for c in extra_ledger.columns if c not in KEYS}
     audit_note = (
         " Audited (fed.leakage): mb_shared is what left the clients beyond model updates over the run (float32 items"
         " of the ledger, labels aside); records is the record-like artifact tested: is its closest real record one of"

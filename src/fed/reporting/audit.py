@@ -32,7 +32,10 @@ def _mean_std(df: pd.DataFrame, columns: list[str]) -> pd.DataFrame:
     return out.reset_index()
 
 
-def audit_costs(cells: list[dict], decimals: int | None = 3) -> pd.DataFrame:
+AUDIT_DECIMALS = 3  # how the audited columns are printed
+
+
+def audit_costs(cells: list[dict], decimals: int | None = AUDIT_DECIMALS) -> pd.DataFrame:
     """Per (dataset, partition, method), mean over seeds: MB a participating client exchanges with the server in a
     round (model down and up), MB every client shares once or over the run beyond its model (the privacy ledger's
     items), the train job's peak resident memory, and its preparatory stages' wall time and peak memory (the
@@ -61,7 +64,7 @@ def _shared_bytes(ledger: dict, item_bytes: dict) -> float:
     return float(sum(v * item_bytes[k] for k, v in ledger.items() if k in item_bytes and isinstance(v, int | float)))
 
 
-def audit_privacy(cells: list[dict], decimals: int | None = 3) -> pd.DataFrame:
+def audit_privacy(cells: list[dict], decimals: int | None = AUDIT_DECIMALS) -> pd.DataFrame:
     """Per (dataset, partition, method): MB shared over the run beyond the model updates; the record-like artifact
     audited (``records``), its leakage score (0: its artifacts find their client's training records closest no more
     often than chance, 1: raw records; ``fed.leakage``), how many distinct records are nearest to its artifacts (the

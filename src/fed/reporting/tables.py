@@ -398,7 +398,10 @@ def _html_escape(s: str) -> str:
     return s.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("\n", "<br>")
 
 
-def cost_table(cells: list[dict], baseline: str = "fedavg", decimals: int | None = 2) -> pd.DataFrame:
+COST_DECIMALS = 2  # how the cost table is printed (its CSV, averaged by the answer table, stays unrounded)
+
+
+def cost_table(cells: list[dict], baseline: str = "fedavg", decimals: int | None = COST_DECIMALS) -> pd.DataFrame:
     """Measured cost per (dataset, partition, method): wall time of a run, seconds per round (none where a run
     trained no round), the local steps of a run (every client's, summed over its rounds; where recorded), ZSDG
     seconds per round, the wall time relative to FedAvg (``baseline``: its method name) on the same dataset and
@@ -448,7 +451,10 @@ LEDGER_NOTES = {
 }
 
 
-def privacy_table(cells: list[dict], decimals: int | None = 4) -> pd.DataFrame:
+LEDGER_DECIMALS = 4  # how the privacy ledger is printed (δ aside: ledger_decimals)
+
+
+def privacy_table(cells: list[dict], decimals: int | None = LEDGER_DECIMALS) -> pd.DataFrame:
     """What left the clients per (dataset, partition, method) — the privacy ledger of each run's ``metrics.json``
     (``shared``: counts of what was shared, and the guarantees stated for it: ε, δ, clipping), the largest value
     over seeds for every number, rounded to ``decimals`` (``None``: unrounded). Methods that share nothing but model
@@ -467,6 +473,6 @@ def privacy_table(cells: list[dict], decimals: int | None = 4) -> pd.DataFrame:
     return out if decimals is None else out.round(ledger_decimals(entries, decimals))
 
 
-def ledger_decimals(columns, decimals: int = 4) -> dict[str, int]:
+def ledger_decimals(columns, decimals: int = LEDGER_DECIMALS) -> dict[str, int]:
     """How a privacy ledger's columns are printed: ``decimals`` each, but δ, whose 1e-5 would print as 0."""
     return {c: decimals for c in columns if c != "delta"}
