@@ -617,6 +617,32 @@ def test_a_stage_of_fl_rounds_not_started_is_paced_by_the_config_s_finished_stag
     assert campaign._finished_paces({}, {"vae_prelim": paces}) == {("stage", "vae_prelim"): [(6.0, 3), (10.0, 1)]}
 
 
+def test_a_cell_not_started_has_only_the_rounds_after_the_stage_it_warm_starts_from_left(tmp_path, monkeypatch):
+    """A FedDPMS cell continues from its Stage I's last checkpoint, at round P (``Engine.load_warm_start``): before it
+    starts, its time left is its rounds after P at its kind's pace (the P rounds are the stage's, in the stage's own
+    row), whether the plan runs the stage or the stage is done and not planned (its file says its round)."""
+    monkeypatch.chdir(tmp_path)
+    here = kind({"machine": machine(resolve_device("auto"))})
+    plan = campaign.plan([[str(REPO / "config/smoke.yaml")]], REPO, ["feddpms_fmnist"])
+    cell = next(j for j in plan["jobs"] if j["kind"] == "cell" and j["args"].get("stages", {}).get("warm"))
+    stage = next(j for j in plan["jobs"] if j["out"] == cell["args"]["stages"]["warm"])
+    prelim, rounds = stage["args"]["stage"]["params"]["rounds"], cell["args"]["preset"]["rounds"]
+    assert (prelim, rounds) == (2, 3)  # the smoke config's P and rounds
+    paces = {"feddpms": [{"cell": "a", "pace": 10.0, "rounds": 3, "machine": here}]}
+
+    def left(jobs):
+        row = next(r for r in campaign.status(plan | {"jobs": jobs, "paces": paces}) if r["job"] == cell["label"])
+        assert row["estimated"]
+        return row["left"]
+
+    assert left(plan["jobs"]) == 10.0 * (rounds - prelim)
+    Path(stage["out"]).parent.mkdir(parents=True)
+    torch.save({"round": prelim, "history": [{"seconds": 5.0}] * prelim}, stage["out"])  # done: the plan drops it
+    assert left([j for j in plan["jobs"] if j is not stage]) == 10.0 * (rounds - prelim)
+    cell["args"]["stages"] = {}  # no warm start: every round its own
+    assert left(plan["jobs"]) == 10.0 * rounds
+
+
 def test_an_algorithm_that_never_ran_here_is_paced_by_another_s_pace_here_scaled_by_their_ratio_elsewhere(
     tmp_path, monkeypatch
 ):

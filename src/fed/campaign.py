@@ -627,7 +627,8 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     beside the campaigns): ``state`` — done, running (a campaign holds its lock: ``pid``), paused (that campaign is
     stopped, ``kill -STOP``: it holds the job and does not run it), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
-    seconds its finished part took; ``left`` — its work left (a cell's rounds, a GAN stage's DP-SGD steps) at its
+    seconds its finished part took; ``left`` — its work left (a cell's rounds, not those of the stage it warm-starts
+    from; a GAN stage's DP-SGD steps) at its
     own pace so far (a cell's median round, a stage's median client's seconds a step, a client with a kept state at
     its last stretch's: a campaign paused with ``kill -STOP`` stops the clock of one round, or of the clients it
     runs until their next kept state, not the pace), and for a job without a pace of its
@@ -644,10 +645,11 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     Progress is read for cells (their checkpoint or record), stages that run FL rounds (their runs' checkpoints:
     ``fed.runner.stage_runs``) and DA-FL's GAN stages (their clients' files)."""
     rows, found = [], []
+    stages = {job["out"]: job for job in plan_["jobs"] if job["kind"] == "stage"}
     for job in plan_["jobs"]:
         done = Path(job["out"]).exists()
         pid = None if done else _holder(job["out"])
-        found.append(p := _progress(job, done, running=pid is not None))
+        found.append(p := _progress(job, done, running=pid is not None, stages=stages))
         if done:
             state = "done"
         elif pid is not None:
@@ -777,10 +779,13 @@ def _median_round(history: list[dict[str, Any]]) -> float | None:
     return statistics.median(seconds) if seconds else None
 
 
-def _progress(job: dict[str, Any], done: bool, running: bool = False) -> _Progress:
+def _progress(
+    job: dict[str, Any], done: bool, running: bool = False, stages: dict[str, dict[str, Any]] | None = None
+) -> _Progress:
     """A cell's progress from its record or checkpoint, a stage's from its FL runs' checkpoints, a DP-CGAN stage's
     from its record or its clients' files; a job with nothing kept has only its work to do, where it is known (a
-    cell's or a stage's rounds, a DP-CGAN stage's steps). ``running``: its FL runs' rounds past their checkpoints
+    cell's or a stage's rounds, a DP-CGAN stage's steps; a cell's rounds after those of the stage it warm-starts from:
+    ``_warm_rounds`` of the plan's ``stages``, by output). ``running``: its FL runs' rounds past their checkpoints
     count too (``rounds.json``); a stopped job resumes from its checkpoints, so only they count."""
     a, work = job["args"], Path(job["args"].get("work_dir") or "/nonexistent")
     if job["kind"] == "cell":
@@ -799,12 +804,29 @@ def _progress(job: dict[str, Any], done: bool, running: bool = False) -> _Progre
         from fed.config import FLConfig
 
         total = FLConfig.from_preset(a["preset"], a["dataset"]).rounds if "preset" in a else None
-        return _runs_progress([(work, total)], running)
+        progress = _runs_progress([(work, total)], running)
+        if progress.spent is None and progress.todo is not None:  # not started: it starts where its warm start ends
+            progress = progress._replace(todo=progress.todo - _warm_rounds(job, stages or {}))
+        return progress
     if job["kind"] == "stage" and a["stage"]["kind"] == "dp_cgan":
         return _gan_progress(job, done, work)
     if job["kind"] == "stage" and not done and (runs := _stage_runs(a, work)) is not None:
         return _runs_progress(runs, running)
     return _Progress()
+
+
+def _warm_rounds(job: dict[str, Any], stages: dict[str, dict[str, Any]]) -> int:
+    """The rounds a cell does not train itself: those of the stage it continues from (``warm``: a FedAvg prefix,
+    FedDPMS' Stage I; ``Engine.load_warm_start``), read from the plan's job for it, or where the plan has none (the
+    stage is done) from its file, a run's last checkpoint; 0 without one."""
+    path = job["args"].get("stages", {}).get("warm")
+    if path in stages:
+        return stages[path]["args"]["stage"]["params"].get("rounds", 0)
+    if path is None or not Path(path).exists():
+        return 0
+    import torch
+
+    return torch.load(path, weights_only=False, map_location="cpu").get("round", 0)
 
 
 def _stage_runs(a: dict[str, Any], work: Path) -> list[tuple[Path, int]] | None:
