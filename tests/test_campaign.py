@@ -637,7 +637,7 @@ def test_a_cell_not_started_has_only_the_rounds_after_the_stage_it_warm_starts_f
 
     assert left(plan["jobs"]) == 10.0 * (rounds - prelim)
     Path(stage["out"]).parent.mkdir(parents=True)
-    torch.save({"round": prelim, "history": [{"seconds": 5.0}] * prelim}, stage["out"])  # done: the plan drops it
+    torch.save({"round": prelim, "history": [{"seconds": 5.0}] * prelim}, stage["out"])  # done: a new plan skips it
     assert left([j for j in plan["jobs"] if j is not stage]) == 10.0 * (rounds - prelim)
     cell["args"]["stages"] = {}  # no warm start: every round its own
     assert left(plan["jobs"]) == 10.0 * rounds

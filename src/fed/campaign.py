@@ -628,10 +628,10 @@ def status(plan_: dict[str, Any]) -> list[dict[str, Any]]:
     stopped, ``kill -STOP``: it holds the job and does not run it), stopped (partly done,
     nobody running it), ready (its inputs exist) or waiting (for an input); ``progress`` in words; ``spent`` — the
     seconds its finished part took; ``left`` — its work left (a cell's rounds, not those of the stage it warm-starts
-    from; a GAN stage's DP-SGD steps) at its
-    own pace so far (a cell's median round, a stage's median client's seconds a step, a client with a kept state at
-    its last stretch's: a campaign paused with ``kill -STOP`` stops the clock of one round, or of the clients it
-    runs until their next kept state, not the pace), and for a job without a pace of its
+    from; a GAN stage's DP-SGD steps) at its own pace so far (a cell's median round, a stage's median client's
+    seconds a step, a client with a kept state at its last stretch's: a campaign paused with ``kill -STOP`` stops
+    the clock of one round, or of the clients it runs until their next kept state, not the pace), and for a job
+    without a pace of its
     own (``estimated``) at its kind's pace (cells of its algorithm, stages of its kind: their paces weighted by their
     rounds or steps; cells with none in the plan, at the pace of its algorithm's finished cells the plan skipped
     that ran on this kind of machine, or where none did, of the config's other finished cells of it that did:
